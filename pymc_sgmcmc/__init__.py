@@ -1,0 +1,12 @@
+"""Adaptive and stochastic-gradient Hamiltonian samplers as PyMC step methods.
+
+>>> import pymc as pm, pymc_sgmcmc as pmsg
+>>> # pm.sample(step=pmsg.SGHMC(step_size=1e-3, n_steps=10))
+"""
+
+from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
+from pymc_sgmcmc.step_methods.samplers import SGHMC, SGLD, SGNHT
+
+__version__ = "0.1.0"
+
+__all__ = ["SGHMC", "SGLD", "SGNHT", "ConstantStepSize", "PolynomialDecay", "__version__"]

@@ -1,0 +1,127 @@
+"""Fuse the ``L`` steps of one iteration into a single compiled PyTensor function.
+
+A Python loop over compiled single-step calls pays the call overhead at every leapfrog
+step; here the update rule of a sampler (a pure function from ``dynamics``) is the body
+of a ``pytensor.scan`` over the per-step random inputs, so one MCMC iteration is one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pytensor
+import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import clone_replace
+
+from pymc_sgmcmc.step_methods.model_graph import FlatLogp
+
+IntegratorStep = Callable[..., tuple]
+"""``(state, grad_logp, noise, **params) -> new_state``, all symbolic."""
+
+
+@dataclass
+class TrajectoryInputs:
+    """Symbolic inputs of the compiled trajectory, in call order."""
+
+    state: list[pt.TensorVariable]
+    params: dict[str, pt.TensorVariable]
+    noise: pt.TensorVariable
+    indices: list[pt.TensorVariable]
+
+    def as_list(self) -> list[pt.TensorVariable]:
+        """All inputs in the order the compiled function takes them."""
+        return [*self.state, *self.params.values(), self.noise, *self.indices]
+
+
+def build_trajectory(
+    flat: FlatLogp,
+    auxiliary: Sequence[pt.TensorVariable],
+    params: dict[str, pt.TensorVariable],
+    integrator_step: IntegratorStep,
+    *,
+    minibatch_per_step: bool = True,
+) -> tuple[TrajectoryInputs, list[Variable]]:
+    """Build the symbolic trajectory of ``noise.shape[0]`` integrator steps.
+
+    Parameters
+    ----------
+    flat : FlatLogp
+        The model log density in the flat position.
+    auxiliary : sequence of TensorVariable
+        Symbolic initial values of the sampler's other state (momentum, thermostat).
+    params : dict
+        Symbolic scalar or array parameters, passed to ``integrator_step`` by keyword.
+    integrator_step : callable
+        ``(state_tuple, grad_logp, noise_t, **params) -> new_state`` where
+        ``state_tuple = (position, *auxiliary)``; a single tensor when there is no
+        auxiliary state.
+    minibatch_per_step : bool
+        Index inputs are ``(n_steps, batch_size)`` (fresh rows at every step) when
+        True, ``(batch_size,)`` (one minibatch for the trajectory) when False.
+
+    Returns
+    -------
+    inputs, outputs
+        ``outputs`` are the final state (position first) and the log density at the
+        final position on the last step's minibatch.
+    """
+    position = flat.position
+    noise = pt.matrix("noise", dtype=position.dtype)
+    index_ndim = 2 if minibatch_per_step else 1
+    indices = [
+        pt.tensor(f"indices_{k}", shape=(None,) * index_ndim, dtype="int64")
+        for k in range(len(flat.groups))
+    ]
+    # One gather for the whole trajectory, outside the loop: random rows of a large array
+    # are memory-bound, and a gather per step inside the loop costs more than the math.
+    placeholders = [b for g in flat.groups for b in g.batches]
+    batches = [x for g, i in zip(flat.groups, indices, strict=True) for x in g.gathered(i)]
+    grad = pt.grad(flat.logp, position)
+    n_state = 1 + len(auxiliary)
+    n_batch = len(batches)
+
+    def body(noise_t, *args):
+        if minibatch_per_step:  # scan order: sequences, then carried state
+            batch_t, state = args[:n_batch], args[n_batch : n_batch + n_state]
+        else:  # carried state, then non-sequences
+            state, batch_t = args[:n_state], args[n_state : n_state + n_batch]
+
+        def grad_logp(new_position):
+            replace = {position: new_position, **dict(zip(placeholders, batch_t, strict=True))}
+            return clone_replace(grad, replace)
+
+        new_state = integrator_step(state, grad_logp, noise_t, **params)
+        return list(new_state) if isinstance(new_state, tuple | list) else [new_state]
+
+    initial = [position, *auxiliary]
+    outputs = pytensor.scan(
+        body,
+        sequences=[noise, *batches] if minibatch_per_step else [noise],
+        outputs_info=initial,
+        non_sequences=[] if minibatch_per_step else batches,
+        return_updates=False,
+    )
+    if not isinstance(outputs, list | tuple):
+        outputs = [outputs]
+    final = [out[-1] for out in outputs]
+    # The log density is not needed inside the loop; evaluating it there at every step
+    # costs more than the gradient's own arithmetic on a small minibatch.
+    last_batch = [b[-1] for b in batches] if minibatch_per_step else batches
+    final_logp = clone_replace(
+        flat.logp, {position: final[0], **dict(zip(placeholders, last_batch, strict=True))}
+    )
+    final.append(final_logp)
+    inputs = TrajectoryInputs(state=list(initial), params=dict(params), noise=noise, indices=indices)
+    return inputs, final
+
+
+def compile_trajectory(
+    inputs: TrajectoryInputs, outputs: list[Variable], compile_kwargs: dict | None = None
+) -> pytensor.compile.function.types.Function:
+    """Compile the trajectory; inputs are trusted (the step method builds them)."""
+    kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
+    fn = pytensor.function(inputs.as_list(), outputs, **kwargs)
+    fn.trust_input = True
+    return fn
