@@ -5,8 +5,17 @@
 """
 
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
+from pymc_sgmcmc.data import Minibatch
 from pymc_sgmcmc.step_methods.samplers import SGHMC, SGLD, SGNHT
 
 __version__ = "0.1.0"
 
-__all__ = ["SGHMC", "SGLD", "SGNHT", "ConstantStepSize", "PolynomialDecay", "__version__"]
+__all__ = [
+    "SGHMC",
+    "SGLD",
+    "SGNHT",
+    "ConstantStepSize",
+    "Minibatch",
+    "PolynomialDecay",
+    "__version__",
+]

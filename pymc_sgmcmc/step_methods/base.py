@@ -83,7 +83,7 @@ class StochasticGradientStep(ArrayStepShared):
     max_consecutive_divergences: ClassVar[int] = 20
     """Restarts in a row after which the chain gives up with a :class:`SamplingError`."""
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args, **kwargs):  # noqa: D102
         # BlockedStep.__new__ assigns *all* value variables when none are given; a PyMC
         # user expects a gradient sampler to take the continuous ones and leave discrete
         # ones to pm.sample's automatic assignment, as NUTS does.
@@ -258,7 +258,7 @@ class StochasticGradientStep(ArrayStepShared):
     # -- one iteration -------------------------------------------------------------------
 
     def _draw_indices(self) -> list[np.ndarray]:
-        """Rows of every minibatch in the trajectory, drawn with replacement as pm.Minibatch does."""
+        """Rows of every minibatch of the trajectory, with replacement as pm.Minibatch."""
         lead = (self.n_steps,) if self.minibatch == "step" else ()
         return [
             self.rng.integers(0, n_rows, size=(*lead, group.batch_size))

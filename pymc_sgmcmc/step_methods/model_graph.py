@@ -88,8 +88,7 @@ def find_minibatch_groups(logp: Variable) -> list[MinibatchGroup]:
                 data=list(node.inputs[:-1]),
                 batch_size=_batch_size(node),
                 batches=[
-                    out.type(name=f"minibatch_{k}_{j}")
-                    for j, out in enumerate(node.outputs[:-1])
+                    out.type(name=f"minibatch_{k}_{j}") for j, out in enumerate(node.outputs[:-1])
                 ],
             )
             groups[rng] = group

@@ -9,12 +9,14 @@ import numpy as np
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.dynamics.common import kinetic_temperature
 from pymc_sgmcmc.dynamics.mass import Mass, make_mass
-from pymc_sgmcmc.dynamics.sgld import sgld_step
 from pymc_sgmcmc.dynamics.sghmc import sghmc_step
+from pymc_sgmcmc.dynamics.sgld import sgld_step
 from pymc_sgmcmc.dynamics.sgnht import sgnht_step
 from pymc_sgmcmc.step_methods.base import StochasticGradientStep, check_positive
 
 _COMMON_PARAMETERS_DOC = """
+    Other Parameters
+    ----------------
     step_size : float or schedule
         ``ε``: a positive number, or a schedule such as
         :class:`pymc_sgmcmc.PolynomialDecay` (``ε_t = a (b + t)^(−γ)``).
@@ -44,9 +46,6 @@ class SGLD(StochasticGradientStep):
     ``θ ← θ + ε ∇log p̃(θ) + N(0, 2ε)`` (Bhardwaj, Khatri and Gupta, "Online MCMC based
     Bayesian inference", §2.2, with the noise variance that makes Langevin dynamics
     exact as ``ε → 0``). Each draw is the position after ``n_steps`` such steps.
-
-    Parameters
-    ----------
     """
 
     __doc__ = (__doc__ or "") + _COMMON_PARAMETERS_DOC

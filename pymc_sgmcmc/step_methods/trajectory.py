@@ -113,7 +113,9 @@ def build_trajectory(
         flat.logp, {position: final[0], **dict(zip(placeholders, last_batch, strict=True))}
     )
     final.append(final_logp)
-    inputs = TrajectoryInputs(state=list(initial), params=dict(params), noise=noise, indices=indices)
+    inputs = TrajectoryInputs(
+        state=list(initial), params=dict(params), noise=noise, indices=indices
+    )
     return inputs, final
 
 
