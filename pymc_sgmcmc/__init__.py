@@ -4,14 +4,22 @@
 >>> # pm.sample(step=pmsg.SGHMC(step_size=1e-3, n_steps=10))
 """
 
+from pymc_sgmcmc.adaptation.sample_size import SampleSizeRule
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
+from pymc_sgmcmc.step_methods.em import HMCEM, SGHMCEM, SGNHTEM
+from pymc_sgmcmc.step_methods.hmc import HMC
 from pymc_sgmcmc.step_methods.samplers import SGHMC, SGLD, SGNHT
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "HMC",
+    "HMCEM",
     "SGHMC",
+    "SGHMCEM",
+    "SGNHTEM",
+    "SampleSizeRule",
     "SGLD",
     "SGNHT",
     "ConstantStepSize",

@@ -8,8 +8,19 @@ Algorithm 2 (also Bhardwaj, Khatri and Gupta, "Online MCMC based Bayesian infere
     r_i ← r_{i−1} + ε ∇log p̃(θ_i) − ε C M⁻¹ r_{i−1} + N(0, 2(C − B̂) ε)
 
 with the potential ``U = −log p`` written as the log density. ``C`` is the user's
-friction and ``B̂`` the estimate of the gradient noise, both scalars so that
-``N(0, M)`` stays the stationary momentum law for any mass.
+friction and ``B̂`` the estimate of the gradient noise.
+
+Eq. 8 allows any friction matrix ``C ⪰ B̂``; the paper states it for ``M = I``. We take
+both proportional to the mass, ``C = c M`` and ``B̂ = b M`` with scalars ``c ≥ b ≥ 0``,
+so that the update reads::
+
+    r_i ← r_{i−1} + ε ∇log p̃(θ_i) − ε c r_{i−1} + √(2(c − b) ε) ξ,   ξ ~ N(0, M)
+
+which is Algorithm 2 exactly when ``M = I``. With another mass, ``N(0, M)`` stays the
+stationary momentum law, and the friction damps every direction alike in the metric of
+``M``: the explicit friction step is stable for ``ε c < 2`` whatever the mass, and a
+learned mass does not over-damp the wide directions of the posterior (with ``C = c I`` the
+damping ratio in a direction of posterior sd ``σ`` grows like ``c σ √(M⁻¹)``).
 """
 
 from __future__ import annotations
@@ -36,15 +47,15 @@ def sghmc_step(
     grad_logp : callable
         ``θ ↦ ∇log p̃(θ)`` on this step's minibatch.
     noise : array
-        Standard normal draw, same shape as ``position``.
+        A draw ``ξ ~ N(0, M)``, same shape as ``position`` (standard normal for ``M = I``).
     step_size : scalar
         ``ε``.
     inv_mass : array
         ``M⁻¹``, diagonal (1-D) or dense (2-D).
     friction : scalar
-        ``C``.
+        ``c`` in ``C = c M``.
     noise_estimate : scalar
-        ``B̂``, with ``0 ≤ B̂ ≤ C``.
+        ``b`` in ``B̂ = b M``, with ``0 ≤ b ≤ c``.
 
     Returns
     -------
@@ -54,11 +65,11 @@ def sghmc_step(
     v = velocity(inv_mass, momentum)
     # Alg. 2: θ_i ← θ_{i−1} + ε M⁻¹ r_{i−1}
     new_position = position + step_size * v
-    # Alg. 2 / eq. 8: r_i ← r_{i−1} + ε∇log p̃(θ_i) − εC M⁻¹ r_{i−1} + N(0, 2(C − B̂)ε)
+    # Alg. 2 / eq. 8 with C = cM, B̂ = bM: r ← r + ε∇log p̃(θ_i) − εc r + N(0, 2(c − b)εM)
     new_momentum = (
         momentum
         + step_size * grad_logp(new_position)
-        - step_size * friction * v
+        - step_size * friction * momentum
         + (2.0 * (friction - noise_estimate) * step_size) ** 0.5 * noise
     )
     return new_position, new_momentum

@@ -7,6 +7,13 @@ Algorithm 2 without its M step (the inner loop)::
     θ ← θ + ε M⁻¹ p
     ξ ← ξ + ε (pᵀ M⁻¹ p / D − 1)
 
+With a mass other than the identity, the friction ``ξ M⁻¹ p`` and the noise
+``√(2A) N(0, ε)`` of the paper are taken proportional to the mass, ``ξ p`` and
+``√(2Aε) ξ_M`` with ``ξ_M ~ N(0, M)`` (the same for ``M = I``): ``N(0, M)`` stays the
+stationary momentum law, the explicit friction step is stable for ``ε ξ < 2`` whatever
+the mass, and a learned mass does not over-damp the wide directions of the posterior
+(see :mod:`pymc_sgmcmc.dynamics.sghmc`).
+
 The algorithm updates ``p`` before ``θ``. We move ``θ`` first and update ``p`` with the
 gradient at the new ``θ``: with the momentum carried from one iteration to the next,
 this is the same chain read at another point of its cycle (the sequence of positions is
@@ -39,7 +46,8 @@ def sgnht_step(
     grad_logp : callable
         ``θ ↦ ∇log p̃(θ)`` on this step's minibatch.
     noise : array
-        Standard normal draw, same shape as ``position``.
+        A draw ``ξ_M ~ N(0, M)``, same shape as ``position`` (standard normal for
+        ``M = I``).
     step_size : scalar
         ``ε``.
     inv_mass : array
@@ -53,10 +61,10 @@ def sgnht_step(
     """
     # Alg. 2: θ ← θ + ε M⁻¹ p
     new_position = position + step_size * velocity(inv_mass, momentum)
-    # Alg. 2: p ← p − εξ M⁻¹p + ε∇log p̃(θ) + √(2A) N(0, ε)
+    # Alg. 2 (friction and noise in the metric of M): p ← p − εξp + ε∇log p̃(θ) + √(2Aε) ξ_M
     new_momentum = (
         momentum
-        - step_size * thermostat * velocity(inv_mass, momentum)
+        - step_size * thermostat * momentum
         + step_size * grad_logp(new_position)
         + (2.0 * diffusion * step_size) ** 0.5 * noise
     )

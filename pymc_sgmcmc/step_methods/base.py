@@ -138,6 +138,7 @@ class StochasticGradientStep(ArrayStepShared):
         self._model = model
         if initial_point is None:
             initial_point = model.initial_point()
+        self._initial_point = initial_point
         self._flat: FlatLogp = flat_logp(model, vars, initial_point)
         self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
         self._dtype = self._flat.position.dtype
@@ -181,6 +182,10 @@ class StochasticGradientStep(ArrayStepShared):
         """Per-draw statistics of the auxiliary state."""
         return {}
 
+    def _draw_noise(self) -> np.ndarray:
+        """The ``(n_steps, dim)`` noise of one trajectory: standard normal."""
+        return self.rng.standard_normal((self.n_steps, self.dim)).astype(self._dtype)
+
     # -- compilation ---------------------------------------------------------------------
 
     def _symbolic_parameters(self) -> dict[str, TensorVariable]:
@@ -197,6 +202,13 @@ class StochasticGradientStep(ArrayStepShared):
             for k, a in enumerate(self._fresh_auxiliary())
         ]
 
+    _prepare_trajectory = None
+    """Optional ``(position, auxiliary, grad_logp) -> loop state`` (see build_trajectory)."""
+
+    def _extra_outputs(self, inputs, outputs) -> list:
+        """Further outputs of the compiled trajectory (e.g. exact log densities)."""
+        return []
+
     def _compile(self):
         inputs, outputs = build_trajectory(
             self._flat,
@@ -204,7 +216,9 @@ class StochasticGradientStep(ArrayStepShared):
             self._symbolic_parameters(),
             self._integrator_step,
             minibatch_per_step=self.minibatch == "step",
+            prepare=self._prepare_trajectory,
         )
+        outputs = outputs + self._extra_outputs(inputs, outputs)
         return compile_trajectory(inputs, outputs, self._compile_kwargs)
 
     @property
@@ -271,7 +285,7 @@ class StochasticGradientStep(ArrayStepShared):
         auxiliary = self._refresh_auxiliary(self.auxiliary)
         params = [np.asarray(step_size, dtype=self._dtype)]
         params += [np.asarray(v) for v in self._parameters().values()]
-        noise = self.rng.standard_normal((self.n_steps, self.dim)).astype(self._dtype)
+        noise = self._draw_noise()
         position, *new_auxiliary, logp = self.trajectory_function(
             q0.data, *auxiliary, *params, noise, *self._draw_indices()
         )

@@ -156,3 +156,31 @@ def flat_logp(model, vars: list[Variable], initial_point: dict[str, np.ndarray])
     groups = find_minibatch_groups(logp)
     logp = detach_minibatches(logp, groups)
     return FlatLogp(logp=logp, position=position, shared=shared, groups=groups)
+
+
+def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> Variable:
+    """The exact log density on all rows, as a function of ``flat.position``.
+
+    Every ``pm.Minibatch`` is replaced by its full data (PyMC's own
+    ``remove_minibatched_nodes``), so the ``total_size`` scaling becomes 1. Used where a
+    sampler needs the exact density, e.g. a Metropolis–Hastings test.
+    """
+    from pymc.model.transform import remove_minibatched_nodes
+    from pytensor.graph.replace import clone_replace
+
+    if not flat.groups:
+        return flat.logp
+    full_model = remove_minibatched_nodes(model)
+    names = {v.name for v in vars}
+    full_vars = [full_model.rvs_to_values[full_model[v.name]] for v in vars]
+    shared_by_name = {v.name: s for v, s in flat.shared.items()}
+    full_shared = {v: shared_by_name[v.name] for v in full_model.value_vars if v.name not in names}
+    [logp], position = join_nonshared_inputs(
+        initial_point, [full_model.logp()], full_vars, full_shared
+    )
+    data = {
+        c: _as_shared_data(c)
+        for c in ancestors([logp])
+        if isinstance(c, Constant) and getattr(c.data, "size", 0) > 10_000
+    }
+    return clone_replace(logp, {position: flat.position, **data})

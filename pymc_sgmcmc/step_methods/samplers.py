@@ -85,11 +85,21 @@ class HamiltonianStep(StochasticGradientStep):
     def mass(self) -> Mass:
         """The mass matrix ``M`` (its inverse and a factor for momentum draws)."""
         if getattr(self, "_mass", None) is None:
-            self._mass = make_mass(self._user_mass, self.dim, self._dtype)
+            user_mass = self._user_mass(self.dim) if callable(self._user_mass) else self._user_mass
+            self._mass = make_mass(user_mass, self.dim, self._dtype)
         return self._mass
+
+    momentum_persists: ClassVar[bool] = False
+    """Whether the momentum carries over from one draw to the next."""
 
     def _fresh_auxiliary(self) -> list[np.ndarray]:
         return [self.mass.draw_momentum(self.rng)]
+
+    def _draw_noise(self) -> np.ndarray:
+        # Rows ~ N(0, M): the dynamics inject their noise in the metric of the mass.
+        z = super()._draw_noise()
+        factor = self.mass.factor
+        return z @ factor.T if factor.ndim == 2 else z * factor
 
     def _auxiliary_stats(self, auxiliary: list[np.ndarray]) -> dict[str, Any]:
         return {"kinetic_temperature": float(kinetic_temperature(self.mass.inverse, auxiliary[0]))}
@@ -104,7 +114,10 @@ class SGHMC(HamiltonianStep):
         θ ← θ + ε M⁻¹ r
         r ← r + ε ∇log p̃(θ) − ε C M⁻¹ r + N(0, 2(C − B̂) ε)
 
-    without a Metropolis correction (it would need the full data).
+    without a Metropolis correction (it would need the full data). With a mass other
+    than the identity, friction and noise estimate act in its metric (``C = c M``,
+    ``B̂ = b M``: ``r ← r + ε∇log p̃ − εc r + N(0, 2(c − b)εM)``), see
+    :mod:`pymc_sgmcmc.dynamics.sghmc`.
 
     Parameters
     ----------
@@ -152,6 +165,7 @@ class SGHMC(HamiltonianStep):
                 "or lower noise_estimate."
             )
         self.resample_momentum = bool(resample_momentum)
+        self.momentum_persists = not self.resample_momentum
         super().__init__(vars, step_size=step_size, n_steps=n_steps, mass=mass, **kwargs)
 
     def _parameters(self) -> dict[str, np.ndarray]:
@@ -190,6 +204,9 @@ class SGNHT(HamiltonianStep):
         p ← p − ε ξ M⁻¹ p + ε ∇log p̃(θ) + √(2A) N(0, ε)
         ξ ← ξ + ε (pᵀ M⁻¹ p / D − 1)
 
+    With a mass other than the identity, friction and noise act in its metric
+    (``−εξp`` and ``N(0, 2AεM)``), see :mod:`pymc_sgmcmc.dynamics.sgnht`.
+
     The thermostat ``ξ`` absorbs the unknown gradient noise; momentum and thermostat
     carry over from one draw to the next. A chain starts from ``p ~ N(0, M)`` and
     ``ξ = A``.
@@ -204,6 +221,7 @@ class SGNHT(HamiltonianStep):
 
     __doc__ = (__doc__ or "") + _COMMON_PARAMETERS_DOC
     name = "sgnht"
+    momentum_persists = True
 
     stats_dtypes_shapes: ClassVar[dict] = {
         **HamiltonianStep.stats_dtypes_shapes,

@@ -42,6 +42,7 @@ def build_trajectory(
     integrator_step: IntegratorStep,
     *,
     minibatch_per_step: bool = True,
+    prepare: Callable | None = None,
 ) -> tuple[TrajectoryInputs, list[Variable]]:
     """Build the symbolic trajectory of ``noise.shape[0]`` integrator steps.
 
@@ -60,6 +61,10 @@ def build_trajectory(
     minibatch_per_step : bool
         Index inputs are ``(n_steps, batch_size)`` (fresh rows at every step) when
         True, ``(batch_size,)`` (one minibatch for the trajectory) when False.
+    prepare : callable, optional
+        ``(position, auxiliary, grad_logp) -> initial auxiliary of the loop``, for an
+        integrator that carries more state than its inputs, e.g. leapfrog's gradient at
+        the starting position (``grad_logp`` uses the first step's minibatch).
 
     Returns
     -------
@@ -79,23 +84,29 @@ def build_trajectory(
     placeholders = [b for g in flat.groups for b in g.batches]
     batches = [x for g, i in zip(flat.groups, indices, strict=True) for x in g.gathered(i)]
     grad = pt.grad(flat.logp, position)
-    n_state = 1 + len(auxiliary)
-    n_batch = len(batches)
+
+    def grad_on(batch):
+        def grad_logp(new_position):
+            replace = {position: new_position, **dict(zip(placeholders, batch, strict=True))}
+            return clone_replace(grad, replace)
+
+        return grad_logp
+
+    carried = list(auxiliary)
+    if prepare is not None:
+        first_batch = [b[0] for b in batches] if minibatch_per_step else batches
+        carried = list(prepare(position, carried, grad_on(first_batch)))
+    initial = [position, *carried]
+    n_state, n_batch = len(initial), len(batches)
 
     def body(noise_t, *args):
         if minibatch_per_step:  # scan order: sequences, then carried state
             batch_t, state = args[:n_batch], args[n_batch : n_batch + n_state]
         else:  # carried state, then non-sequences
             state, batch_t = args[:n_state], args[n_state : n_state + n_batch]
-
-        def grad_logp(new_position):
-            replace = {position: new_position, **dict(zip(placeholders, batch_t, strict=True))}
-            return clone_replace(grad, replace)
-
-        new_state = integrator_step(state, grad_logp, noise_t, **params)
+        new_state = integrator_step(state, grad_on(batch_t), noise_t, **params)
         return list(new_state) if isinstance(new_state, tuple | list) else [new_state]
 
-    initial = [position, *auxiliary]
     outputs = pytensor.scan(
         body,
         sequences=[noise, *batches] if minibatch_per_step else [noise],
@@ -114,7 +125,7 @@ def build_trajectory(
     )
     final.append(final_logp)
     inputs = TrajectoryInputs(
-        state=list(initial), params=dict(params), noise=noise, indices=indices
+        state=[position, *auxiliary], params=dict(params), noise=noise, indices=indices
     )
     return inputs, final
 
