@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from numbers import Real
+
+import numpy as np
 
 
 def _check_positive_finite(name: str, value: float, fix: str) -> float:
+    if isinstance(value, bool | str | bytes) or not isinstance(value, Real | np.ndarray):
+        raise TypeError(f"{name} must be a real number, got {value!r}. {fix}")
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -68,6 +73,10 @@ class PolynomialDecay:
     def __post_init__(self) -> None:
         _check_positive_finite("a", self.a, "Pass the scale of a(b + t)^(-gamma), e.g. a=1e-2.")
         _check_positive_finite("b", self.b, "Pass a positive offset, e.g. b=1.")
+        if isinstance(self.gamma, bool | str | bytes) or not isinstance(
+            self.gamma, Real | np.ndarray
+        ):
+            raise TypeError(f"gamma must be a real number in [0, 1], got {self.gamma!r}.")
         gamma = float(self.gamma)
         if not math.isfinite(gamma) or not 0.0 <= gamma <= 1.0:
             raise ValueError(

@@ -60,7 +60,10 @@ def make_mass(mass, dim: int, dtype: str | np.dtype = "float64") -> Mass:
     if mass is None:
         m = np.ones(dim)
     else:
-        m = np.asarray(mass, dtype=float)
+        try:
+            m = np.asarray(mass, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"mass must be numeric, got {mass!r}. {fix}") from None
         if m.ndim == 0:
             m = np.full(dim, float(m))
     if m.ndim == 1:

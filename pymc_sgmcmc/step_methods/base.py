@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from abc import abstractmethod
+from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
@@ -49,6 +50,8 @@ class StochasticGradientState(StepMethodState):
 
 def check_positive(name: str, value: Any, fix: str, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a float, or raise an error that names it and the fix."""
+    if isinstance(value, bool | str | bytes) or not isinstance(value, Real | np.ndarray):
+        raise TypeError(f"{name} must be a real number, got {value!r}. {fix}")
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -79,6 +82,9 @@ class StochasticGradientStep(ArrayStepShared):
         "diverging": (bool, []),
         "divergences": (np.int64, []),
     }
+
+    _restart_note: ClassVar[str] = ""
+    """What else a restart resets, for the divergence warning."""
 
     max_consecutive_divergences: ClassVar[int] = 20
     """Restarts in a row after which the chain gives up with a :class:`SamplingError`."""
@@ -197,9 +203,11 @@ class StochasticGradientStep(ArrayStepShared):
         return symbolic
 
     def _symbolic_auxiliary(self) -> list[TensorVariable]:
+        # Only the ranks matter; the current state has them and drawing a fresh one here
+        # would consume the chain's random stream whenever (and wherever) we compile.
         return [
             pt.tensor(f"auxiliary_{k}", shape=(None,) * np.ndim(a), dtype=self._dtype)
-            for k, a in enumerate(self._fresh_auxiliary())
+            for k, a in enumerate(self.auxiliary)
         ]
 
     _prepare_trajectory = None
@@ -318,7 +326,7 @@ class StochasticGradientStep(ArrayStepShared):
         advice = (
             f"{type(self).__name__}: the trajectory at iteration {self.iteration} "
             f"(step_size={step_size:.3g}) turned non-finite; the chain restarted from its "
-            "last finite state with fresh momentum. Reduce step_size (or n_steps), "
+            f"last finite state{self._restart_note}. Reduce step_size (or n_steps), "
             "standardise the data, or start nearer the posterior with initvals="
         )
         if self.consecutive_divergences >= self.max_consecutive_divergences:

@@ -89,6 +89,7 @@ class HamiltonianStep(StochasticGradientStep):
             self._mass = make_mass(user_mass, self.dim, self._dtype)
         return self._mass
 
+    _restart_note: ClassVar[str] = " with fresh momentum"
     momentum_persists: ClassVar[bool] = False
     """Whether the momentum carries over from one draw to the next."""
 

@@ -1,0 +1,504 @@
+"""Unit tests of the pure update rules, mass matrices and step-size schedules on NumPy.
+
+Nothing here compiles a PyTensor function: the update rules are plain arithmetic, so
+they run on NumPy arrays and can be checked against closed-form results.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, as_schedule
+from pymc_sgmcmc.dynamics import (
+    kinetic_energy,
+    kinetic_temperature,
+    make_mass,
+    sghmc_step,
+    sgld_step,
+    sgnht_step,
+    velocity,
+)
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def gaussian_grad(variances):
+    """Gradient of the log density of N(0, diag(variances))."""
+    variances = np.asarray(variances, dtype=float)
+    return lambda position: -position / variances
+
+
+def coupled_anharmonic_grad(position):
+    """Gradient of log p(θ) = −(θ₀² + θ₁² + θ₀θ₁)/2 − θ₀⁴/10: a non-linear force."""
+    theta0, theta1 = position
+    return np.array([-theta0 - 0.5 * theta1 - 0.4 * theta0**3, -theta1 - 0.5 * theta0])
+
+
+DENSE_INV_MASS = np.array([[1.5, 0.3], [0.3, 0.8]])
+
+
+def hamiltonian_map(step_size, friction=0.0, grad=coupled_anharmonic_grad, inv_mass=None):
+    """SGHMC without injected noise as a map of the concatenated state (θ, r)."""
+    inv_mass = DENSE_INV_MASS if inv_mass is None else inv_mass
+
+    def step(state):
+        position, momentum = state[:2], state[2:]
+        new_position, new_momentum = sghmc_step(
+            position,
+            momentum,
+            grad,
+            noise=np.zeros(2),
+            step_size=step_size,
+            inv_mass=inv_mass,
+            friction=friction,
+            noise_estimate=friction,  # no injected noise: 2(C − B̂)ε = 0
+        )
+        return np.concatenate([new_position, new_momentum])
+
+    return step
+
+
+def numerical_jacobian(function, point, h=1e-6):
+    columns = []
+    for j in range(point.size):
+        offset = np.zeros_like(point)
+        offset[j] = h
+        columns.append((function(point + offset) - function(point - offset)) / (2 * h))
+    return np.stack(columns, axis=1)
+
+
+# -- SGHMC ---------------------------------------------------------------------------
+
+
+def test_sghmc_without_friction_or_noise_preserves_volume():
+    jacobian = numerical_jacobian(hamiltonian_map(0.3), np.array([0.7, -1.2, 0.4, 0.9]))
+    assert np.linalg.det(jacobian) == pytest.approx(1.0, abs=1e-7)
+
+
+def test_sghmc_friction_contracts_volume_by_one_minus_step_friction_per_dimension():
+    # Friction in the metric of the mass (C = cM): ∂r'/∂r = (1 − εc)I + ε²HM⁻¹ and
+    # ∂θ'/∂r = εM⁻¹ give det = (1 − εc)^D, whatever the mass.
+    step_size, friction = 0.2, 1.5
+    jacobian = numerical_jacobian(
+        hamiltonian_map(step_size, friction), np.array([0.7, -1.2, 0.4, 0.9])
+    )
+    assert np.linalg.det(jacobian) == pytest.approx((1 - step_size * friction) ** 2, rel=1e-7)
+
+
+def test_sghmc_without_friction_or_noise_is_reversible_with_half_step_momentum_flip():
+    # Position-first symplectic Euler carries the leapfrog momentum at half steps:
+    # r_i = p_{i+1/2}. Flipping the momentum of the *previous* half step,
+    # r̃ = −(r_n − ε∇log p(θ_n)), and running n steps again retraces the positions.
+    step_size, n_steps = 0.1, 50
+    step = hamiltonian_map(step_size)
+    start = np.array([0.7, -1.2, 0.4, 0.9])
+    state = start
+    positions = [state[:2]]
+    for _ in range(n_steps):
+        state = step(state)
+        positions.append(state[:2])
+    position, momentum = state[:2], state[2:]
+    state = np.concatenate([position, -(momentum - step_size * coupled_anharmonic_grad(position))])
+    backward_positions = [state[:2]]
+    for _ in range(n_steps):
+        state = step(state)
+        backward_positions.append(state[:2])
+    np.testing.assert_allclose(backward_positions[::-1], positions, atol=1e-12)
+    expected_final_momentum = -(start[2:] - step_size * coupled_anharmonic_grad(start[:2]))
+    np.testing.assert_allclose(state[2:], expected_final_momentum, atol=1e-12)
+
+
+def harmonic_energy_errors(step_size, total_time=200.0):
+    """|H − H₀| along a noiseless, frictionless SGHMC path on a 2-D harmonic oscillator."""
+    variances = np.array([1.0, 0.25])  # angular frequencies 1 and 2
+    grad = gaussian_grad(variances)
+    position, momentum = np.array([1.0, -0.5]), np.array([0.3, 0.8])
+
+    def energy(position, momentum):
+        return 0.5 * np.sum(position**2 / variances) + kinetic_energy(np.ones(2), momentum)
+
+    initial = energy(position, momentum)
+    errors = []
+    for _ in range(int(round(total_time / step_size))):
+        position, momentum = sghmc_step(
+            position, momentum, grad, np.zeros(2), step_size, np.ones(2), 0.0, 0.0
+        )
+        errors.append(abs(energy(position, momentum) - initial))
+    return np.array(errors)
+
+
+def test_sghmc_energy_error_on_harmonic_oscillator_is_bounded_and_first_order():
+    coarse = harmonic_energy_errors(0.05)
+    fine = harmonic_energy_errors(0.025)
+    # Bounded: no drift over ~30 periods of the slow mode (second half ≈ first half).
+    half = coarse.size // 2
+    assert coarse[half:].max() < 1.2 * coarse[:half].max()
+    # O(ε): the initial energy is 0.8; the error is a few ε, and halving ε halves it.
+    assert coarse.max() < 3 * 0.05
+    assert coarse.max() / fine.max() == pytest.approx(2.0, rel=0.15)
+
+
+def test_sghmc_momentum_at_zero_gradient_is_ar1_with_friction_and_noise_estimate():
+    # With ∇log p = 0: r' = (1 − εC) r + √(2(C − B̂)ε) z, per chain (vectorised chains).
+    rng = np.random.default_rng(7)
+    n_chains, step_size, friction, noise_estimate = 200_000, 0.1, 2.0, 0.5
+    momentum = np.full(n_chains, 1.5)
+    _, new_momentum = sghmc_step(
+        np.zeros(n_chains),
+        momentum,
+        lambda position: np.zeros_like(position),
+        rng.standard_normal(n_chains),
+        step_size,
+        np.ones(n_chains),
+        friction,
+        noise_estimate,
+    )
+    expected_mean = (1 - step_size * friction) * 1.5
+    expected_variance = 2 * (friction - noise_estimate) * step_size
+    standard_error = math.sqrt(expected_variance / n_chains)
+    assert abs(new_momentum.mean() - expected_mean) < 4 * standard_error
+    assert new_momentum.var() == pytest.approx(
+        expected_variance, abs=4 * expected_variance * math.sqrt(2 / n_chains)
+    )
+
+
+def test_sghmc_friction_acts_on_the_momentum_itself_whatever_the_mass():
+    # C = cM: with no gradient and no injected noise, r' = (1 − εc) r exactly.
+    momentum = np.array([1.0, -2.0])
+    _, new_momentum = sghmc_step(
+        np.zeros(2),
+        momentum,
+        lambda position: np.zeros_like(position),
+        np.zeros(2),
+        0.1,
+        DENSE_INV_MASS,
+        1.5,
+        1.5,
+    )
+    np.testing.assert_allclose(new_momentum, (1 - 0.1 * 1.5) * momentum)
+
+
+def test_sghmc_keeps_momentum_law_n0m_up_to_second_order_with_noise_in_the_mass_metric():
+    # r ~ N(0, M), ξ ~ N(0, M): r' = (1 − εc) r + √(2cε) ξ has covariance (1 + ε²c²) M.
+    # Columns are independent chains (a dense M⁻¹ multiplies from the left).
+    rng = np.random.default_rng(8)
+    mass = np.linalg.inv(DENSE_INV_MASS)
+    factor = np.linalg.cholesky(mass)
+    n_chains, step_size, friction = 200_000, 0.1, 2.0
+    momentum = factor @ rng.standard_normal((2, n_chains))
+    noise = factor @ rng.standard_normal((2, n_chains))
+    _, new_momentum = sghmc_step(
+        np.zeros((2, n_chains)),
+        momentum,
+        lambda position: np.zeros_like(position),
+        noise,
+        step_size,
+        DENSE_INV_MASS,
+        friction,
+        0.0,
+    )
+    covariance = new_momentum @ new_momentum.T / n_chains
+    expected = (1 + (step_size * friction) ** 2) * mass
+    standard_error = np.sqrt(
+        (np.outer(np.diag(expected), np.diag(expected)) + expected**2) / n_chains
+    )
+    assert np.all(np.abs(covariance - expected) < 4 * standard_error)
+
+
+# -- SGNHT ---------------------------------------------------------------------------
+
+
+def test_sgnht_thermostat_update_is_step_times_kinetic_temperature_minus_one():
+    rng = np.random.default_rng(0)
+    dimension, step_size, thermostat = 3, 0.05, 0.7
+    a = rng.normal(size=(dimension, dimension))
+    inv_mass = a @ a.T + dimension * np.eye(dimension)
+    position, momentum = rng.normal(size=dimension), rng.normal(size=dimension)
+    new_position, new_momentum, new_thermostat = sgnht_step(
+        position,
+        momentum,
+        thermostat,
+        gaussian_grad(np.ones(dimension)),
+        rng.normal(size=dimension),
+        step_size,
+        inv_mass,
+        diffusion=1.3,
+    )
+    temperature = new_momentum @ inv_mass @ new_momentum / dimension
+    assert new_thermostat == pytest.approx(thermostat + step_size * (temperature - 1.0), rel=1e-12)
+    np.testing.assert_allclose(new_position, position + step_size * inv_mass @ momentum)
+
+
+def test_sgnht_friction_acts_on_the_momentum_itself_whatever_the_mass():
+    # Friction in the metric of the mass: with no gradient or noise, p' = (1 − εξ) p.
+    momentum = np.array([1.0, -2.0])
+    _, new_momentum, _ = sgnht_step(
+        np.zeros(2),
+        momentum,
+        0.8,
+        lambda position: np.zeros_like(position),
+        np.zeros(2),
+        0.1,
+        DENSE_INV_MASS,
+        diffusion=1.0,
+    )
+    np.testing.assert_allclose(new_momentum, (1 - 0.1 * 0.8) * momentum)
+
+
+def test_sgnht_gradient_is_taken_at_the_new_position():
+    evaluated_at = []
+
+    def recording_grad(position):
+        evaluated_at.append(position.copy())
+        return np.zeros_like(position)
+
+    new_position, _, _ = sgnht_step(
+        np.array([1.0, 2.0]),
+        np.array([0.5, -0.5]),
+        0.0,
+        recording_grad,
+        np.zeros(2),
+        0.1,
+        np.ones(2),
+        1.0,
+    )
+    assert len(evaluated_at) == 1
+    np.testing.assert_array_equal(evaluated_at[0], new_position)
+
+
+def test_sgnht_without_noise_drives_kinetic_temperature_to_one_on_average():
+    # Σ ε (K_i − 1) = ξ_n − ξ_0 exactly, so a bounded thermostat forces the long-run
+    # average of K = pᵀM⁻¹p/D to 1, whatever the starting temperature.
+    dimension, step_size, n_steps = 20, 0.02, 20_000
+    variances = np.linspace(0.5, 2.0, dimension)
+    inv_mass = np.linspace(0.5, 1.5, dimension)
+    grad = gaussian_grad(variances)
+    position = np.ones(dimension)
+    momentum = np.full(dimension, 3.0) / np.sqrt(inv_mass)  # K = 9 at the start: hot
+    thermostat = initial_thermostat = 0.0
+    temperatures = np.empty(n_steps)
+    for i in range(n_steps):
+        position, momentum, thermostat = sgnht_step(
+            position,
+            momentum,
+            thermostat,
+            grad,
+            np.zeros(dimension),
+            step_size,
+            inv_mass,
+            diffusion=1.0,
+        )
+        temperatures[i] = kinetic_temperature(inv_mass, momentum)
+    assert temperatures[0] > 5
+    assert temperatures.mean() == pytest.approx(
+        1.0 + (thermostat - initial_thermostat) / (n_steps * step_size), rel=1e-9
+    )
+    assert temperatures[n_steps // 2 :].mean() == pytest.approx(1.0, abs=0.05)
+
+
+def test_sgnht_with_noise_samples_the_gaussian_and_thermostat_settles_at_diffusion():
+    # With exact gradients, the friction ξ that balances injected noise A is ξ = A.
+    rng = np.random.default_rng(3)
+    dimension, step_size, n_steps, diffusion = 50, 0.05, 20_000, 1.5
+    variances = np.linspace(0.5, 2.0, dimension)
+    grad = gaussian_grad(variances)
+    position, momentum, thermostat = np.zeros(dimension), np.zeros(dimension), diffusion
+    standardised_squares, thermostats = [], []
+    for i in range(n_steps):
+        position, momentum, thermostat = sgnht_step(
+            position,
+            momentum,
+            thermostat,
+            grad,
+            rng.standard_normal(dimension),
+            step_size,
+            np.ones(dimension),
+            diffusion,
+        )
+        if i >= n_steps // 5:
+            standardised_squares.append(np.mean(position**2 / variances))
+            thermostats.append(thermostat)
+    # E[θ²/σ²] = 1 up to an O(ε) discretisation bias (about −0.05 at ε = 0.05).
+    assert np.mean(standardised_squares) == pytest.approx(1.0, abs=0.1)
+    assert np.mean(thermostats) == pytest.approx(diffusion, abs=0.15)
+
+
+# -- SGLD ----------------------------------------------------------------------------
+
+
+def sgld_ar1(step_size, variance):
+    """Coefficient and stationary variance of SGLD on N(0, variance).
+
+    θ' = (1 − ε/σ²) θ + √(2ε) z, so Var∞ = 2ε / (1 − (1 − ε/σ²)²) = σ² / (1 − ε/(2σ²)).
+    """
+    coefficient = 1.0 - step_size / variance
+    return coefficient, 2.0 * step_size / (1.0 - coefficient**2)
+
+
+def test_sgld_one_step_has_exact_gaussian_mean_and_variance():
+    rng = np.random.default_rng(1)
+    n_chains, step_size, variance, start = 400_000, 0.2, 2.0, 1.5
+    new_position = sgld_step(
+        np.full(n_chains, start),
+        gaussian_grad(variance),
+        rng.standard_normal(n_chains),
+        step_size,
+    )
+    coefficient, _ = sgld_ar1(step_size, variance)
+    one_step_variance = 2.0 * step_size
+    assert abs(new_position.mean() - coefficient * start) < 4 * math.sqrt(
+        one_step_variance / n_chains
+    )
+    assert new_position.var() == pytest.approx(
+        one_step_variance, abs=4 * one_step_variance * math.sqrt(2 / n_chains)
+    )
+
+
+def test_sgld_long_run_variance_matches_the_ar1_stationary_variance():
+    # ε = 0.5, σ² = 1: Var∞ = 4/3, far from the posterior's 1 (the discretisation bias
+    # that decreasing step sizes remove); 100 000 chains give a 1 % standard error.
+    rng = np.random.default_rng(2)
+    n_chains, n_steps, step_size, variance = 100_000, 60, 0.5, 1.0
+    position = np.zeros(n_chains)
+    for _ in range(n_steps):
+        position = sgld_step(
+            position, gaussian_grad(variance), rng.standard_normal(n_chains), step_size
+        )
+    coefficient, stationary = sgld_ar1(step_size, variance)
+    expected = stationary * (1 - coefficient ** (2 * n_steps))
+    assert stationary == pytest.approx(4 / 3)
+    assert position.var() == pytest.approx(expected, abs=4 * expected * math.sqrt(2 / n_chains))
+    assert abs(position.var() - variance) > 0.25
+
+
+# -- kinetic energy, velocity, mass --------------------------------------------------
+
+
+def test_velocity_and_kinetic_temperature_agree_for_diagonal_and_dense_inverse_mass():
+    diagonal = np.array([0.5, 2.0, 3.0])
+    momentum = np.array([1.0, -2.0, 0.5])
+    np.testing.assert_allclose(velocity(diagonal, momentum), velocity(np.diag(diagonal), momentum))
+    np.testing.assert_allclose(velocity(diagonal, momentum), [0.5, -4.0, 1.5])
+    expected_energy = 0.5 * (0.5 * 1.0 + 2.0 * 4.0 + 3.0 * 0.25)
+    assert kinetic_energy(diagonal, momentum) == pytest.approx(expected_energy)
+    assert kinetic_energy(np.diag(diagonal), momentum) == pytest.approx(expected_energy)
+    assert kinetic_temperature(diagonal, momentum) == pytest.approx(2 * expected_energy / 3)
+    assert kinetic_temperature(np.diag(diagonal), momentum) == pytest.approx(
+        2 * expected_energy / 3
+    )
+
+
+def test_kinetic_energy_with_dense_inverse_mass_is_the_quadratic_form():
+    inv_mass = np.array([[2.0, 0.5], [0.5, 1.0]])
+    momentum = np.array([1.0, -3.0])
+    assert kinetic_energy(inv_mass, momentum) == pytest.approx(0.5 * momentum @ inv_mass @ momentum)
+
+
+def test_make_mass_default_scalar_vector_and_dense():
+    identity = make_mass(None, 3)
+    np.testing.assert_array_equal(identity.inverse, np.ones(3))
+    assert not identity.is_dense
+    scalar = make_mass(4.0, 2)
+    np.testing.assert_allclose(scalar.inverse, [0.25, 0.25])
+    np.testing.assert_allclose(scalar.factor, [2.0, 2.0])
+    vector = make_mass([1.0, 4.0, 9.0], 3)
+    np.testing.assert_allclose(vector.inverse, [1.0, 0.25, 1 / 9])
+    matrix = np.array([[2.0, 0.6], [0.6, 1.0]])
+    dense = make_mass(matrix, 2)
+    assert dense.is_dense
+    np.testing.assert_allclose(dense.inverse @ matrix, np.eye(2), atol=1e-12)
+    np.testing.assert_allclose(dense.factor @ dense.factor.T, matrix)
+    assert make_mass(None, 2, dtype="float32").inverse.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("mass", "match"),
+    [
+        (0.0, "mass vector of shape"),
+        (-1.0, "mass vector of shape"),
+        (np.nan, "mass vector of shape"),
+        ([1.0, 2.0], r"mass vector of shape \(2,\) is not valid"),
+        ([1.0, -2.0, 3.0], "mass vector of shape"),
+        ([1.0, np.inf, 3.0], "mass vector of shape"),
+        (np.eye(2), r"mass matrix of shape \(2, 2\) is not valid"),
+        ([[1.0, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], "mass matrix of shape"),
+        ([[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]], "not positive definite"),
+        (np.ones((3, 3, 3)), "got 3 dimensions"),
+    ],
+)
+def test_make_mass_rejects_invalid_masses_with_the_accepted_forms(mass, match):
+    with pytest.raises(ValueError, match=match) as error:
+        make_mass(mass, 3)
+    assert "symmetric positive-definite 3x3 matrix" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "matrix",
+    [np.diag([0.5, 2.0, 4.0]), np.array([[2.0, 0.6, 0.0], [0.6, 1.0, -0.3], [0.0, -0.3, 0.5]])],
+    ids=["diagonal-as-matrix", "dense"],
+)
+def test_draw_momentum_has_covariance_equal_to_the_mass(matrix):
+    rng = np.random.default_rng(11)
+    n_draws = 40_000
+    for mass in (make_mass(matrix, 3), make_mass(np.diag(matrix), 3)):
+        if not mass.is_dense and np.count_nonzero(matrix - np.diag(np.diag(matrix))):
+            continue  # a vector mass cannot represent off-diagonal terms
+        draws = np.array([mass.draw_momentum(rng) for _ in range(n_draws)])
+        covariance = draws.T @ draws / n_draws
+        # Var(p_i p_j) = M_ii M_jj + M_ij² for a centred Gaussian.
+        standard_error = np.sqrt((np.outer(np.diag(matrix), np.diag(matrix)) + matrix**2) / n_draws)
+        assert np.all(np.abs(covariance - matrix) < 4 * standard_error)
+
+
+# -- step-size schedules -------------------------------------------------------------
+
+
+def test_polynomial_decay_values():
+    schedule = pmsg.PolynomialDecay(a=0.01, b=1.0, gamma=0.55)
+    assert schedule(0) == pytest.approx(0.01)
+    assert schedule(9) == pytest.approx(0.01 * 10**-0.55)
+    assert schedule(99) == pytest.approx(0.01 * 100**-0.55)
+    steps = [schedule(t) for t in range(50)]
+    assert all(later < earlier for earlier, later in zip(steps, steps[1:], strict=False))
+    offset = pmsg.PolynomialDecay(a=2.0, b=10.0, gamma=1.0)
+    assert offset(0) == pytest.approx(0.2)
+    assert offset(10) == pytest.approx(0.1)
+    constant = pmsg.PolynomialDecay(a=0.3, b=5.0, gamma=0.0)
+    assert constant(0) == constant(1000) == pytest.approx(0.3)
+
+
+def test_polynomial_decay_defaults_satisfy_the_robbins_monro_exponent_range():
+    schedule = pmsg.PolynomialDecay(a=0.01)
+    assert schedule.b == 1.0
+    assert 0.5 < schedule.gamma <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"a": 0.0}, ValueError, "a must be positive and finite"),
+        ({"a": -1e-2}, ValueError, "a must be positive and finite"),
+        ({"a": math.inf}, ValueError, "a must be positive and finite"),
+        ({"a": "big"}, TypeError, "a must be a real number"),
+        ({"a": 1e-2, "b": 0.0}, ValueError, "b must be positive and finite"),
+        ({"a": 1e-2, "b": math.nan}, ValueError, "b must be positive and finite"),
+        ({"a": 1e-2, "gamma": -0.1}, ValueError, r"gamma must lie in \[0, 1\]"),
+        ({"a": 1e-2, "gamma": 1.5}, ValueError, r"gamma must lie in \[0, 1\]"),
+        ({"a": 1e-2, "gamma": math.nan}, ValueError, r"gamma must lie in \[0, 1\]"),
+    ],
+)
+def test_polynomial_decay_validation(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        pmsg.PolynomialDecay(**kwargs)
+
+
+def test_constant_step_size_and_as_schedule():
+    assert as_schedule(0.25)(0) == as_schedule(0.25)(10**6) == 0.25
+    decay = pmsg.PolynomialDecay(a=0.1)
+    assert as_schedule(decay) is decay
+    with pytest.raises(TypeError, match="step_size is required"):
+        as_schedule(None)
+    with pytest.raises(ValueError, match="step_size must be positive and finite"):
+        ConstantStepSize(-0.1)
