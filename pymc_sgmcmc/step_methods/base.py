@@ -298,11 +298,10 @@ class StochasticGradientStep(ArrayStepShared):
             q0.data, *auxiliary, *params, noise, *self._draw_indices()
         )
         self.iteration += 1
-        diverging = not (
-            np.isfinite(logp)
-            and np.all(np.isfinite(position))
-            and all(np.all(np.isfinite(a)) for a in new_auxiliary)
-        )
+        # One reduction instead of a pass per array: a sum is finite only if every term
+        # is (a finite overflow to inf is a blown-up trajectory all the same).
+        total = logp + position.sum() + sum(float(np.sum(a)) for a in new_auxiliary)
+        diverging = not np.isfinite(total)
         if diverging:
             position = q0.data
             new_auxiliary = self._fresh_auxiliary()
