@@ -281,7 +281,8 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _draw_indices(self) -> list[np.ndarray]:
         """Rows of every minibatch of the trajectory, with replacement as pm.Minibatch."""
-        lead = (self.n_steps,) if self.minibatch == "step" else ()
+        starting_gradient = int(self._prepare_trajectory is not None)
+        lead = (self.n_steps + starting_gradient,) if self.minibatch == "step" else ()
         return [
             self.rng.integers(0, n_rows, size=(*lead, group.batch_size))
             for group, n_rows in zip(self._flat.groups, self._n_rows, strict=True)

@@ -143,7 +143,9 @@ class MassEM(HamiltonianStep):
                 f"sample_size must be at least 2 (an M step needs a covariance), got "
                 f"{sample_size}. The paper starts at 100-300."
             )
-        if not (isinstance(kappa_exponent, int | float) and 0.5 < kappa_exponent <= 1.0):
+        if isinstance(kappa_exponent, bool) or not (
+            isinstance(kappa_exponent, int | float) and 0.5 < kappa_exponent <= 1.0
+        ):
             raise ValueError(
                 f"kappa_exponent must lie in (0.5, 1] so that sum(kappa) diverges and "
                 f"sum(kappa^2) converges, got {kappa_exponent!r}."

@@ -59,8 +59,9 @@ def build_trajectory(
         ``state_tuple = (position, *auxiliary)``; a single tensor when there is no
         auxiliary state.
     minibatch_per_step : bool
-        Index inputs are ``(n_steps, batch_size)`` (fresh rows at every step) when
-        True, ``(batch_size,)`` (one minibatch for the trajectory) when False.
+        Index inputs are ``(n_steps, batch_size)`` (fresh rows at every step; one more
+        leading row, for the starting point, with ``prepare``) when True,
+        ``(batch_size,)`` (one minibatch for the trajectory) when False.
     prepare : callable, optional
         ``(position, auxiliary, grad_logp) -> initial auxiliary of the loop``, for an
         integrator that carries more state than its inputs, e.g. leapfrog's gradient at
@@ -94,7 +95,14 @@ def build_trajectory(
 
     carried = list(auxiliary)
     if prepare is not None:
-        first_batch = [b[0] for b in batches] if minibatch_per_step else batches
+        if minibatch_per_step:
+            # The starting point gets rows of its own (index row 0): sharing the first
+            # step's rows between its two ends would make the trajectory irreversible, and
+            # a Metropolis test would no longer correct it.
+            first_batch = [b[0] for b in batches]
+            batches = [b[1:] for b in batches]
+        else:
+            first_batch = batches
         carried = list(prepare(position, carried, grad_on(first_batch)))
     initial = [position, *carried]
     n_state, n_batch = len(initial), len(batches)
