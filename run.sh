@@ -2,6 +2,7 @@
 # Set up the project's virtual environment (first run, or when pyproject.toml changes)
 # and run one of its entry points:
 #   bash run.sh example   # examples/quickstart.py
+#   bash run.sh example NAME   # examples/NAME.py (installs the optional example extras)
 #   bash run.sh test      # the test suite (what CI runs)
 #   bash run.sh bench     # benchmarks/per_iteration.py (installs the optional BlackJAX)
 #   bash run.sh python …  # anything else inside the environment
@@ -28,6 +29,7 @@ find_python() {
 VENV=.venv
 extras="test"
 [ "${1:-}" = "bench" ] && extras="test,bench"
+[ "${1:-}" = "example" ] && [ -n "${2:-}" ] && extras="test,examples"
 hash=$(sha1sum pyproject.toml | cut -c1-12)
 stamp="$VENV/.installed-$hash-${extras/,/-}"
 if [ ! -e "$stamp" ]; then
@@ -49,7 +51,8 @@ fi
 cmd=${1:-test}
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  example) exec "$VENV/bin/python" examples/quickstart.py "$@" ;;
+  example) name=${1:-quickstart}; [ $# -gt 0 ] && shift
+           exec "$VENV/bin/python" "examples/$name.py" "$@" ;;
   test)    exec "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@" ;;
   bench)   exec "$VENV/bin/python" benchmarks/per_iteration.py "$@" ;;
   python)  exec "$VENV/bin/python" "$@" ;;

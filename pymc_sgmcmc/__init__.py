@@ -7,13 +7,17 @@
 from pymc_sgmcmc.adaptation.sample_size import SampleSizeRule
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
+from pymc_sgmcmc.distributions import SphereUniform, VonMisesFisher
 from pymc_sgmcmc.step_methods.em import HMCEM, SGHMCEM, SGNHTEM
+from pymc_sgmcmc.step_methods.geodesic import GSGNHT, SGGMC
 from pymc_sgmcmc.step_methods.hmc import HMC
 from pymc_sgmcmc.step_methods.samplers import SGHMC, SGLD, SGNHT
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "GSGNHT",
+    "SGGMC",
     "HMC",
     "HMCEM",
     "SGHMC",
@@ -22,6 +26,8 @@ __all__ = [
     "SampleSizeRule",
     "SGLD",
     "SGNHT",
+    "SphereUniform",
+    "VonMisesFisher",
     "ConstantStepSize",
     "Minibatch",
     "PolynomialDecay",

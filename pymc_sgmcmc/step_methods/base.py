@@ -31,7 +31,7 @@ from rich.progress import TextColumn
 from rich.table import Column
 
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule, as_schedule
-from pymc_sgmcmc.step_methods.model_graph import FlatLogp, flat_logp
+from pymc_sgmcmc.step_methods.model_graph import FlatLogp, flat_logp, is_sphere_valued
 from pymc_sgmcmc.step_methods.trajectory import build_trajectory, compile_trajectory
 
 MINIBATCH_MODES = ("step", "trajectory")
@@ -82,6 +82,9 @@ class StochasticGradientStep(ArrayStepShared):
         "diverging": (bool, []),
         "divergences": (np.int64, []),
     }
+
+    supports_spheres: ClassVar[bool] = False
+    """Whether the sampler keeps sphere-valued variables on their spheres."""
 
     _restart_note: ClassVar[str] = ""
     """What else a restart resets, for the divergence warning."""
@@ -157,6 +160,15 @@ class StochasticGradientStep(ArrayStepShared):
     # -- validation -------------------------------------------------------------------
 
     def _check_vars(self, vars: list[TensorVariable], model) -> None:
+        if not self.supports_spheres:
+            spheres = [v.name for v in vars if is_sphere_valued(model, v)]
+            if spheres:
+                raise ValueError(
+                    f"{type(self).__name__} moves variables on straight lines, but these "
+                    f"live on spheres: {spheres}. Sample them with a geodesic sampler, "
+                    "pmsg.SGGMC or pmsg.GSGNHT (alone, or in a list next to this one "
+                    "for the other variables)."
+                )
         discrete = [v.name for v in vars if v.dtype not in continuous_types]
         if discrete:
             raise ValueError(

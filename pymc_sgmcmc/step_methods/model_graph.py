@@ -24,6 +24,14 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
+from pymc_sgmcmc.distributions import SphereTransform
+
+
+def is_sphere_valued(model, value_var: Variable) -> bool:
+    """Whether ``value_var`` carries the sphere transform (its points live on spheres)."""
+    rv = model.values_to_rvs[value_var]
+    return isinstance(model.rvs_to_transforms.get(rv), SphereTransform)
+
 
 @dataclass
 class MinibatchGroup:
