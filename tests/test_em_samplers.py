@@ -615,3 +615,31 @@ def test_valid_boundary_values_are_accepted(em_class, small_model):
         )
     assert step.kappa_exponent == 1.0 and step.sample_size == 2
     np.testing.assert_array_equal(step.mass.inverse, np.eye(3))
+
+
+# -- the gradient of the E-step test function ------------------------------------------------
+
+
+def exact_gradient(x):
+    return -PRECISION @ (np.asarray(x) - MEAN)
+
+
+@pytest.mark.parametrize("sampler", ["SGHMCEM", "SGNHTEM", "HMCEM"])
+def test_test_function_gradient_is_the_gradient_at_the_stored_position(sampler, target_model):
+    # §3.2's test function needs ∇L(θ) at each stored sample. The trajectory returns it
+    # (SGHMC and SGNHT evaluate the gradient at the new position last; leapfrog carries
+    # it, and HMC keeps the start's when it rejects), instead of a second gradient call.
+    with target_model:
+        # For HMC-EM a step near the stability limit of the narrowest direction (sd 1),
+        # so that some proposals are rejected.
+        step_size = 1.9 if sampler == "HMCEM" else 0.3
+        step = getattr(pmsg, sampler)(step_size=step_size, n_steps=3, sample_size=50)
+    step.setup_chain(np.random.default_rng(3), tune=10, draws=0)
+    point = {"x": MEAN + 1.0}
+    outcomes = set()
+    for _ in range(30):
+        point, stats = step.step(point)
+        np.testing.assert_allclose(step.position_gradient, exact_gradient(point["x"]), atol=1e-9)
+        outcomes.add(stats[0].get("accepted", True))
+    if sampler == "HMCEM":
+        assert outcomes == {True, False}  # both branches of the MH test were checked

@@ -717,3 +717,69 @@ def test_model_with_only_discrete_variables_is_refused():
 def test_non_numeric_values_are_refused_by_name(kwargs, error, match, validation_model):
     with validation_model, pytest.raises(error, match=match):
         pmsg.SGHMC(**kwargs)
+
+
+# -- the support of the model ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def untransformed_scale_model():
+    y = np.random.default_rng(3).normal(0.0, 1.0, size=N_ROWS)
+    with pm.Model() as model:
+        scale = pm.HalfNormal("scale", 1.0, default_transform=None)
+        mu = pm.Normal("mu", 0.0, 1.0)
+        batch = pmsg.Minibatch(y, batch_size=BATCH_SIZE)
+        pm.Normal("y", mu, scale, observed=batch, total_size=N_ROWS)
+    return model
+
+
+@pytest.mark.parametrize("sampler", ["SGLD", "HMC"])
+def test_a_step_out_of_the_support_is_a_rejected_move_not_an_exception(
+    sampler, untransformed_scale_model
+):
+    # PyMC's samplers read a violated parameter check (scale > 0) as log density -inf; so
+    # must ours: the chain stays where it was and flags the iteration.
+    with untransformed_scale_model:
+        step = getattr(pmsg, sampler)(step_size=1e-3, n_steps=3)
+    step.setup_chain(np.random.default_rng(1), tune=0, draws=1)
+    start = {"scale": np.array(-0.5), "mu": np.array(0.2)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        point, stats = step.step(start)
+    assert float(point["scale"]) == -0.5 and float(point["mu"]) == 0.2
+    assert stats[0]["diverging"]
+
+
+def test_hmc_full_data_density_of_a_transformed_variable():
+    # The full-data density is rebuilt from a copy of the model; its value variables must
+    # be matched by name, and "sigma_log__" is no name the model can be indexed with.
+    y = np.random.default_rng(4).normal(1.0, 2.0, size=N_ROWS)
+    with pm.Model() as model:
+        sigma = pm.HalfNormal("sigma", 5.0)
+        mu = pm.Normal("mu", 0.0, PRIOR_SD)
+        pm.Normal(
+            "y", mu, sigma, observed=pmsg.Minibatch(y, batch_size=BATCH_SIZE), total_size=N_ROWS
+        )
+        step = pmsg.HMC(step_size=1e-3, n_steps=1)
+    step.setup_chain(np.random.default_rng(2), tune=0, draws=1)
+    position = np.array([0.3, 0.7])  # [sigma_log__, mu] in the step's order
+    assert step._flat.position.ndim == 1
+    order = [v.name for v in step.vars]
+    outputs = step.trajectory_function(
+        position,
+        np.zeros(2),
+        np.asarray(1e-3),
+        step.mass.inverse,
+        np.zeros((1, 2)),
+        *step._draw_indices(),
+    )
+    logp_start = outputs[-2]
+    point = dict(zip(order, position, strict=True))
+    log_sigma, mu_value = point["sigma_log__"], point["mu"]
+    expected = (
+        st.halfnorm(scale=5.0).logpdf(np.exp(log_sigma))
+        + log_sigma  # Jacobian of the log transform
+        + st.norm(0.0, PRIOR_SD).logpdf(mu_value)
+        + st.norm(mu_value, np.exp(log_sigma)).logpdf(y).sum()
+    )
+    np.testing.assert_allclose(logp_start, expected, rtol=1e-9)

@@ -225,6 +225,9 @@ class StochasticGradientStep(ArrayStepShared):
     _prepare_trajectory = None
     """Optional ``(position, auxiliary, grad_logp) -> loop state`` (see build_trajectory)."""
 
+    _record_gradient: bool = False
+    """Whether the trajectory also returns the gradient at its final position."""
+
     def _extra_outputs(self, inputs, outputs) -> list:
         """Further outputs of the compiled trajectory (e.g. exact log densities)."""
         return []
@@ -237,9 +240,12 @@ class StochasticGradientStep(ArrayStepShared):
             self._integrator_step,
             minibatch_per_step=self.minibatch == "step",
             prepare=self._prepare_trajectory,
+            record_gradient=self._record_gradient,
         )
         outputs = outputs + self._extra_outputs(inputs, outputs)
-        return compile_trajectory(inputs, outputs, self._compile_kwargs)
+        # Inside the model's context, PyMC's compile honours its check_bounds setting.
+        with self._model:
+            return compile_trajectory(inputs, outputs, self._compile_kwargs)
 
     @property
     def trajectory_function(self):
@@ -264,6 +270,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.consecutive_divergences = 0
         self._warned_divergence = False
         self.auxiliary = self._fresh_auxiliary()
+        self.position_gradient = None
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         """Re-seed from the chain's generator and reset the chain's state."""
@@ -307,13 +314,18 @@ class StochasticGradientStep(ArrayStepShared):
         params = [np.asarray(step_size, dtype=self._dtype)]
         params += [np.asarray(v) for v in self._parameters().values()]
         noise = self._draw_noise()
-        position, *new_auxiliary, logp = self.trajectory_function(
+        outputs = self.trajectory_function(
             q0.data, *auxiliary, *params, noise, *self._draw_indices()
         )
+        if self._record_gradient:
+            *outputs, gradient = outputs
+        position, *new_auxiliary, logp = outputs
         self.iteration += 1
         # One reduction instead of a pass per array: a sum is finite only if every term
         # is (a finite overflow to inf is a blown-up trajectory all the same).
         total = logp + position.sum() + sum(float(np.sum(a)) for a in new_auxiliary)
+        if self._record_gradient:
+            total += gradient.sum()
         diverging = not np.isfinite(total)
         if diverging:
             position = q0.data
@@ -321,6 +333,8 @@ class StochasticGradientStep(ArrayStepShared):
             self._record_divergence(step_size)
         else:
             self.consecutive_divergences = 0
+        if self._record_gradient:
+            self.position_gradient = None if diverging else gradient
         self.auxiliary = list(new_auxiliary)
         stats = {
             "step_size": step_size,

@@ -13,11 +13,9 @@ import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
-import pytensor
 import scipy.linalg
 from pymc.blocking import RaveledVars, StatsType
 from pymc.step_methods.state import dataclass_state
-from pytensor.graph.replace import clone_replace
 
 from pymc_sgmcmc.adaptation.mass_em import (
     MASS_ESTIMATORS,
@@ -160,7 +158,6 @@ class MassEM(HamiltonianStep):
         self.offset_nu, self.offset_d, self.n_subsamples = offset_nu, offset_d, n_subsamples
         self.kappa_exponent = float(kappa_exponent)
         self.adapt_during_sampling = bool(adapt_during_sampling)
-        self._grad_fn = None
         # The dimension is known only once the model graph is built: pass a callable.
         super().__init__(vars, mass=lambda dim: _initial_mass(initial_mass, dim, mass), **kwargs)
 
@@ -183,11 +180,6 @@ class MassEM(HamiltonianStep):
         else:
             offsets = subsample_offsets(self.sample_size, self.rng, self.offset_nu, self.offset_d)
         self._em_offsets = set(offsets.tolist())
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        state["_grad_fn"] = None
-        return state
 
     # -- the E step ----------------------------------------------------------------------
 
@@ -213,15 +205,21 @@ class MassEM(HamiltonianStep):
         momentum = self.auxiliary[0]
         sample = position if self.mass_estimator == "position" else momentum
         self._em_samples.append(np.array(sample, dtype=float))
-        if self.rule.adaptive and self._em_position in self._em_offsets:
-            self._em_records.append(self._test_record(position))
+        if (
+            self.rule.adaptive
+            and self._em_position in self._em_offsets
+            and self.position_gradient is not None  # None after a divergent restart
+        ):
+            self._em_records.append(self._test_record())
         self._em_position += 1
         if len(self._em_samples) >= self.sample_size:
             self._m_step()
             self._start_e_step()
 
-    def _test_record(self, position: np.ndarray) -> tuple:
-        gradient = self._gradient(position)
+    def _test_record(self) -> tuple:
+        # The gradient at the current position comes out of the trajectory itself (on
+        # its last minibatch): a separate gradient call here cost 5-15 % per iteration.
+        gradient = np.array(self.position_gradient, dtype=float)
         return (np.array(self.auxiliary[0], dtype=float), gradient)
 
     def _test_function(self, inv_mass: np.ndarray, records: list) -> np.ndarray:
@@ -252,30 +250,6 @@ class MassEM(HamiltonianStep):
         if self.momentum_persists:
             # Carried momentum must follow N(0, M) under the new mass.
             self.auxiliary[0] = self.mass.draw_momentum(self.rng)
-
-    # -- gradient at a stored position (for the test function) ---------------------------
-
-    def _gradient(self, position: np.ndarray) -> np.ndarray:
-        if self._grad_fn is None:
-            flat = self._flat
-            indices = [
-                pytensor.tensor.vector(f"indices_{k}", dtype="int64")
-                for k in range(len(flat.groups))
-            ]
-            batches = {
-                b: x
-                for g, i in zip(flat.groups, indices, strict=True)
-                for b, x in zip(g.batches, g.gathered(i), strict=True)
-            }
-            grad = clone_replace(pytensor.grad(flat.logp, flat.position), batches)
-            self._grad_fn = pytensor.function(
-                [flat.position, *indices], grad, **(self._compile_kwargs or {})
-            )
-        indices = [
-            self.rng.integers(0, n, size=g.batch_size)
-            for g, n in zip(self._flat.groups, self._n_rows, strict=True)
-        ]
-        return np.asarray(self._grad_fn(position, *indices), dtype=float)
 
 
 def _initial_mass(initial_mass, dim: int, structure: str):
@@ -322,6 +296,7 @@ class SGHMCEM(MassEM, SGHMC):
     """
 
     name = "sghmc_em"
+    _record_gradient = True
     stats_dtypes_shapes: ClassVar[dict] = _merge_stats(SGHMC, MassEM)
 
 
@@ -333,10 +308,11 @@ class SGNHTEM(MassEM, SGNHT):
     """
 
     name = "sgnht_em"
+    _record_gradient = True
     stats_dtypes_shapes: ClassVar[dict] = _merge_stats(SGNHT, MassEM)
 
-    def _test_record(self, position: np.ndarray) -> tuple:
-        momentum, gradient = super()._test_record(position)
+    def _test_record(self) -> tuple:
+        momentum, gradient = super()._test_record()
         return (momentum, gradient, float(self.auxiliary[1]))
 
     def _test_function(self, inv_mass: np.ndarray, records: list) -> np.ndarray:

@@ -73,8 +73,7 @@ class HMC(HamiltonianStep):
 
     def _extra_outputs(self, inputs, outputs) -> list:
         model = modelcontext(self._model)
-        vars = [model.rvs_to_values[model[name]] for name in self.var_names]
-        exact = full_data_logp(model, self._flat, vars, self._initial_point)
+        exact = full_data_logp(model, self._flat, self.vars, self._initial_point)
         start, end = inputs.state[0], outputs[0]
         return [
             clone_replace(exact, {self._flat.position: start}),
@@ -86,7 +85,15 @@ class HMC(HamiltonianStep):
         step_size = self.schedule(self.iteration)
         inv_mass = self.mass.inverse
         momentum = self.mass.draw_momentum(self.rng)
-        end, end_momentum, _, minibatch_logp, logp_start, logp_end = self.trajectory_function(
+        (
+            end,
+            end_momentum,
+            end_gradient,
+            minibatch_logp,
+            start_gradient,
+            logp_start,
+            logp_end,
+        ) = self.trajectory_function(
             q0.data,
             momentum,
             np.asarray(step_size, dtype=self._dtype),
@@ -104,8 +111,10 @@ class HMC(HamiltonianStep):
         accepted = finite and np.log(self.rng.uniform()) < log_accept
         if accepted:
             position, self.auxiliary, model_logp = end, [end_momentum], float(logp_end)
+            self.position_gradient = end_gradient
         else:
             position, self.auxiliary, model_logp = q0.data, [momentum], float(logp_start)
+            self.position_gradient = start_gradient
         if diverging:
             self._record_divergence(step_size)
         else:

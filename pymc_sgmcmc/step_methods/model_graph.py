@@ -180,7 +180,10 @@ def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -
         return flat.logp
     full_model = remove_minibatched_nodes(model)
     names = {v.name for v in vars}
-    full_vars = [full_model.rvs_to_values[full_model[v.name]] for v in vars]
+    # Match by the value variables' names: a transformed variable's value ("s_log__")
+    # is not a name the model can be indexed with.
+    full_values = {v.name: v for v in full_model.value_vars}
+    full_vars = [full_values[v.name] for v in vars]
     shared_by_name = {v.name: s for v, s in flat.shared.items()}
     full_shared = {v: shared_by_name[v.name] for v in full_model.value_vars if v.name not in names}
     [logp], position = join_nonshared_inputs(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytensor
 import pytensor.tensor as pt
+from pymc.pytensorf import compile as pm_compile
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace
 
@@ -43,6 +44,7 @@ def build_trajectory(
     *,
     minibatch_per_step: bool = True,
     prepare: Callable | None = None,
+    record_gradient: bool = False,
 ) -> tuple[TrajectoryInputs, list[Variable]]:
     """Build the symbolic trajectory of ``noise.shape[0]`` integrator steps.
 
@@ -66,12 +68,17 @@ def build_trajectory(
         ``(position, auxiliary, grad_logp) -> initial auxiliary of the loop``, for an
         integrator that carries more state than its inputs, e.g. leapfrog's gradient at
         the starting position (``grad_logp`` uses the first step's minibatch).
+    record_gradient : bool
+        Also return the last gradient the final step evaluated. For an integrator that
+        moves the position first and then evaluates the gradient there (SGHMC, SGNHT),
+        that is the gradient at the final position, on the last minibatch, at no cost.
 
     Returns
     -------
     inputs, outputs
-        ``outputs`` are the final state (position first) and the log density at the
-        final position on the last step's minibatch.
+        ``outputs`` are the final state (position first), the log density at the
+        final position on the last step's minibatch, and with ``record_gradient`` that
+        gradient, then the starting values of the state that ``prepare`` added.
     """
     position = flat.position
     noise = pt.matrix("noise", dtype=position.dtype)
@@ -112,19 +119,28 @@ def build_trajectory(
             batch_t, state = args[:n_batch], args[n_batch : n_batch + n_state]
         else:  # carried state, then non-sequences
             state, batch_t = args[:n_state], args[n_state : n_state + n_batch]
-        new_state = integrator_step(state, grad_on(batch_t), noise_t, **params)
-        return list(new_state) if isinstance(new_state, tuple | list) else [new_state]
+        evaluated = []
+
+        def grad_logp(new_position):
+            gradient = grad_on(batch_t)(new_position)
+            evaluated.append(gradient)
+            return gradient
+
+        new_state = integrator_step(state, grad_logp, noise_t, **params)
+        new_state = list(new_state) if isinstance(new_state, tuple | list) else [new_state]
+        return [*new_state, evaluated[-1]] if record_gradient else new_state
 
     outputs = pytensor.scan(
         body,
         sequences=[noise, *batches] if minibatch_per_step else [noise],
-        outputs_info=initial,
+        outputs_info=[*initial, None] if record_gradient else initial,
         non_sequences=[] if minibatch_per_step else batches,
         return_updates=False,
     )
     if not isinstance(outputs, list | tuple):
         outputs = [outputs]
     final = [out[-1] for out in outputs]
+    last_gradient = final.pop() if record_gradient else None
     # The log density is not needed inside the loop; evaluating it there at every step
     # costs more than the gradient's own arithmetic on a small minibatch.
     last_batch = [b[-1] for b in batches] if minibatch_per_step else batches
@@ -132,6 +148,11 @@ def build_trajectory(
         flat.logp, {position: final[0], **dict(zip(placeholders, last_batch, strict=True))}
     )
     final.append(final_logp)
+    if record_gradient:
+        final.append(last_gradient)
+    # What ``prepare`` added to the loop state, at the starting point (e.g. leapfrog's
+    # first gradient), for a sampler that may stay there.
+    final.extend(carried[len(auxiliary) :])
     inputs = TrajectoryInputs(
         state=[position, *auxiliary], params=dict(params), noise=noise, indices=indices
     )
@@ -141,8 +162,14 @@ def build_trajectory(
 def compile_trajectory(
     inputs: TrajectoryInputs, outputs: list[Variable], compile_kwargs: dict | None = None
 ) -> pytensor.compile.function.types.Function:
-    """Compile the trajectory; inputs are trusted (the step method builds them)."""
+    """Compile the trajectory; inputs are trusted (the step method builds them).
+
+    PyMC's ``compile`` turns the parameter checks of the log density (``sigma > 0``)
+    into ``-inf`` instead of an exception, so a step out of the support is an ordinary
+    rejected or divergent trajectory, as in PyMC's own samplers.
+    """
     kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
-    fn = pytensor.function(inputs.as_list(), outputs, **kwargs)
+    # No random variables remain in the graph (the step method draws all randomness).
+    fn = pm_compile(inputs.as_list(), outputs, random_seed=False, **kwargs)
     fn.trust_input = True
     return fn
