@@ -28,6 +28,8 @@ graph is then the EM sampler's, and the compiled code is reused.
 
 from __future__ import annotations
 
+import warnings
+
 import arviz as az
 import numpy as np
 import pymc as pm
@@ -36,6 +38,7 @@ import scipy.linalg
 import scipy.stats
 
 import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.step_methods import em as em_module
 
 Z_MCSE = 4.5
 """Tolerance in MCSE units. A Gaussian estimate leaves ±4.5 MCSE with probability 7e-6;
@@ -643,3 +646,102 @@ def test_test_function_gradient_is_the_gradient_at_the_stored_position(sampler, 
         outcomes.add(stats[0].get("accepted", True))
     if sampler == "HMCEM":
         assert outcomes == {True, False}  # both branches of the MH test were checked
+
+
+# -- the stiffness guard of the M step -------------------------------------------------------
+
+
+def regression_posterior(seed=20240611, n=1000, corr=0.95, prior_var=10.0):
+    """Posterior of a linear regression on correlated, unevenly scaled predictors.
+
+    The estimator comparison of ``docs/benchmarks.md``: principal sds 0.007-0.125.
+    """
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((n, 5))
+    z[:, 4] = corr * z[:, 3] + np.sqrt(1 - corr**2) * z[:, 4]
+    x = z * np.array([0.25, 0.5, 1.0, 2.0, 4.0])
+    y = x @ rng.normal(0.0, 0.5, 5) + rng.standard_normal(n)
+    cov = np.linalg.inv(x.T @ x + np.eye(5) / prior_var)
+    return cov @ x.T @ y, 0.5 * (cov + cov.T)
+
+
+@pytest.fixture(scope="module")
+def stiff_sghmc_em():
+    # A chain started at the origin, many posterior sds away, drifts to the posterior
+    # during its first E step.
+    mean, cov = regression_posterior()
+    with pm.Model():
+        pm.MvNormal("b", mean, cov)
+        step = compiled(pmsg.SGHMCEM(step_size=2e-3, friction=1.0, n_steps=10, mass="dense"))
+    return step, mean, cov
+
+
+def worst_excursions(step, mean, cov, seeds, n_iterations=1000):
+    sd = np.sqrt(np.diag(cov))
+    worst = []
+    for seed in seeds:
+        step.setup_chain(np.random.default_rng(seed), tune=n_iterations, draws=0)
+        point = {"b": np.zeros(5)}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            excursion = 0.0
+            for i in range(n_iterations):
+                point, _ = step.step(point)
+                if i >= 300:  # after the drift from the origin
+                    excursion = max(excursion, np.max(np.abs(point["b"] - mean) / sd))
+        worst.append((excursion, step.mass_rejections))
+    return worst
+
+
+def test_m_step_refuses_a_mass_that_would_make_the_chain_unstable(stiff_sghmc_em, monkeypatch):
+    # The first E step sees the drift, and its dense estimate can point a large M⁻¹ at a
+    # narrow direction; with the momentum resampled, SGHMC's position-first update then
+    # amplifies that direction by up to 1/cos(φ/2) per trajectory. Without the guard one
+    # of these chains runs off to ~1e39 posterior sds; with it every chain stays put.
+    step, mean, cov = stiff_sghmc_em
+    seeds = range(8)
+    guarded = worst_excursions(step, mean, cov, seeds)
+    assert all(excursion < 8.0 for excursion, _ in guarded), guarded
+    assert all(rejections >= 1 for _, rejections in guarded)
+    monkeypatch.setattr(em_module, "MAX_STIFFNESS", np.inf)
+    unguarded = worst_excursions(step, mean, cov, seeds)
+    assert any(not excursion < 1e3 for excursion, _ in unguarded), unguarded
+    assert all(rejections == 0 for _, rejections in unguarded)
+
+
+# -- HMC's step-size jitter ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def standard_normal():
+    with pm.Model() as model:
+        pm.Normal("z", 0.0, 1.0)
+    return model
+
+
+def test_step_jitter_breaks_the_resonance_of_a_fixed_trajectory(standard_normal):
+    # Ten leapfrog steps of 2π/10 on N(0, 1) are one period (6.39 rad against 2π): every
+    # trajectory returns near its start, and the draws barely move.
+    settings = {"step_size": 2 * np.pi / 10, "n_steps": 10}
+    with standard_normal:
+        fixed = compiled(pmsg.HMC(step_jitter=0.0, **settings))
+        jittered = compiled(pmsg.HMC(**settings))
+    ess = {}
+    for label, step in [("fixed", fixed), ("jittered", jittered)]:
+        idata = sample(step, standard_normal, draws=2000, tune=0, random_seed=3)
+        ess[label] = float(az.ess(idata.posterior["z"].values, method="bulk"))
+        nominal = settings["step_size"]
+        used = stat(idata, "step_size")
+        if label == "fixed":
+            np.testing.assert_array_equal(used, nominal)
+        else:
+            assert used.min() >= 0.85 * nominal and used.max() <= 1.15 * nominal
+            # Uniform on ±15 %: the sd of the spread is 0.3/√12 of the nominal step.
+            assert used.std() == pytest.approx(0.3 / np.sqrt(12) * nominal, rel=0.1)
+    assert ess["jittered"] > 5 * ess["fixed"], ess
+
+
+@pytest.mark.parametrize("jitter", [-0.1, 1.0, 1.5, True, "0.1"])
+def test_bad_step_jitter_is_refused(jitter, standard_normal):
+    with standard_normal, pytest.raises(ValueError, match="step_jitter must lie in"):
+        pmsg.HMC(step_size=0.1, step_jitter=jitter)

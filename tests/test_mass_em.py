@@ -19,11 +19,13 @@ from pymc_sgmcmc.adaptation import mass_em
 from pymc_sgmcmc.adaptation.mass_em import (
     SHRINKAGE_PSEUDO_COUNT,
     condition_number,
+    curvature_estimate,
     estimate_inverse_mass,
     geometric_mean_eigenvalue,
     online_inverse_mass_update,
     regularized_covariance,
     step_sequence,
+    stiffness,
 )
 from pymc_sgmcmc.adaptation.sample_size import (
     SampleSizeRule,
@@ -513,3 +515,60 @@ def test_test_functions_match_hand_computation(structure):
     q = sgnht_test_function(inverse, momenta, gradients, thermostats)
     assert q.shape == (6, 7)
     np.testing.assert_allclose(q, hand_q(inverse, momenta, gradients, thermostats), rtol=1e-12)
+
+
+# -- the stiffness guard of the M step ---------------------------------------------------
+
+
+def gaussian_path(precision, n, rng, drift=0.0, noise_sd=0.0):
+    """Positions of a drifting walk and the gradients of N(0, precision⁻¹) there."""
+    d = precision.shape[0]
+    steps = rng.standard_normal((n, d)) + drift
+    positions = np.cumsum(steps, axis=0) * 0.1
+    gradients = -positions @ precision + noise_sd * rng.standard_normal((n, d))
+    return positions, gradients
+
+
+@pytest.fixture(scope="module")
+def precision():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((4, 4))
+    return a @ a.T + 0.5 * np.eye(4)
+
+
+@pytest.mark.parametrize("drift", [0.0, 3.0])
+def test_curvature_of_a_gaussian_is_recovered_exactly_from_any_path(precision, drift):
+    # The regression of gradients on positions needs no equilibrium: a burn-in drift
+    # (drift=3 makes the path run off in one direction) changes nothing.
+    positions, gradients = gaussian_path(precision, 400, np.random.default_rng(0), drift)
+    dense = curvature_estimate(positions, gradients, "dense")
+    np.testing.assert_allclose(dense, precision, rtol=1e-10)
+
+
+def test_diag_curvature_is_the_per_coordinate_slope(precision):
+    diagonal = np.diag(np.diag(precision))
+    positions, gradients = gaussian_path(diagonal, 400, np.random.default_rng(1))
+    estimate = curvature_estimate(positions, gradients, "diag")
+    np.testing.assert_allclose(estimate, np.diag(precision), rtol=1e-10)
+
+
+def test_minibatch_noise_averages_out_of_the_curvature(precision):
+    # Gradient noise 10x the signal's sd: Cov(∇) would be inflated ~100-fold; the
+    # cross-covariance stays unbiased.
+    positions, gradients = gaussian_path(precision, 20_000, np.random.default_rng(2), noise_sd=10.0)
+    estimate = curvature_estimate(positions, gradients, "dense")
+    assert np.abs(estimate - precision).max() < 0.1 * np.abs(precision).max()
+
+
+def test_stiffness_is_the_step_times_the_root_of_the_largest_frequency(precision):
+    rng = np.random.default_rng(3)
+    b = rng.standard_normal((4, 4))
+    inverse_mass = b @ b.T + np.eye(4)
+    largest = np.linalg.eigvals(inverse_mass @ precision).real.max()
+    assert stiffness(0.1, inverse_mass, precision) == pytest.approx(0.1 * np.sqrt(largest))
+    diag_inverse, diag_curvature = np.array([1.0, 4.0]), np.array([9.0, 1.0])
+    assert stiffness(0.5, diag_inverse, diag_curvature) == pytest.approx(0.5 * 3.0)
+    # A diagonal mass against a dense curvature is the dense computation.
+    assert stiffness(0.1, np.diag(inverse_mass), precision) == pytest.approx(
+        stiffness(0.1, np.diag(np.diag(inverse_mass)), precision)
+    )

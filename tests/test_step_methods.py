@@ -754,7 +754,7 @@ def test_hmc_full_data_density_of_a_transformed_variable():
     # The full-data density is rebuilt from a copy of the model; its value variables must
     # be matched by name, and "sigma_log__" is no name the model can be indexed with.
     y = np.random.default_rng(4).normal(1.0, 2.0, size=N_ROWS)
-    with pm.Model() as model:
+    with pm.Model():
         sigma = pm.HalfNormal("sigma", 5.0)
         mu = pm.Normal("mu", 0.0, PRIOR_SD)
         pm.Normal(

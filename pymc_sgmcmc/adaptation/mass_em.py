@@ -18,6 +18,11 @@ Two estimates ``M_I^est`` are offered:
     the mass learns the posterior's shape; without it a wide posterior would make the
     samplers' explicit friction step ``ε C M⁻¹`` unstable (it needs ``ε C λ_max(M⁻¹) < 2``).
 
+An M step is refused when it would make the sampler stiffer than ``MAX_STIFFNESS`` (and
+stiffer than it already is), judged from the curvature the E step saw: an estimate
+formed from a burn-in that drifted through the space can point a large ``M⁻¹`` at a
+narrow direction of the posterior (see :func:`stiffness`).
+
 All functions are pure NumPy.
 """
 
@@ -166,3 +171,59 @@ def condition_number(inverse_mass: np.ndarray) -> float:
         return float(inverse_mass.max() / inverse_mass.min())
     eig = np.linalg.eigvalsh(inverse_mass)
     return float(eig[-1] / eig[0])
+
+
+MAX_STIFFNESS = 0.5
+"""Largest ``ε √λ_max(M⁻¹ H)`` an M step may move the sampler to (see ``stiffness``)."""
+
+
+def curvature_estimate(positions: np.ndarray, gradients: np.ndarray, structure: str) -> np.ndarray:
+    """The average curvature ``H = −E[∇²log p]`` seen along an E step.
+
+    For a Gaussian ``∇log p(θ) = −H (θ − μ)``, so the regression of the stored gradients
+    on the stored positions, ``H = −Cov(∇, θ) Cov(θ)⁻¹``, recovers ``H`` whatever the
+    spread of the positions (a burn-in drift included), and zero-mean minibatch noise in
+    the gradients averages out of the cross-covariance. For other targets it is the
+    best linear fit over the region the chain visited.
+
+    Parameters
+    ----------
+    positions, gradients : ndarray
+        Shape ``(n, D)``, one row per stored iteration.
+    structure : {"diag", "dense"}
+        Per-coordinate slopes (shape ``(D,)``) or the symmetrised matrix ``(D, D)``.
+    """
+    positions = np.asarray(positions, dtype=float)
+    gradients = np.asarray(gradients, dtype=float)
+    dx = positions - positions.mean(axis=0)
+    dg = gradients - gradients.mean(axis=0)
+    if structure == "diag":
+        spread = (dx**2).sum(axis=0)
+        slope = np.divide(
+            (dg * dx).sum(axis=0), spread, out=np.zeros_like(spread), where=spread > 0
+        )
+        return -slope
+    # Least squares rather than a shrunk covariance (which would bias the slope); in
+    # directions the E step never moved along it reports no curvature.
+    slope, *_ = np.linalg.lstsq(dx, dg, rcond=None)
+    return -0.5 * (slope + slope.T)
+
+
+def stiffness(step_size: float, inverse_mass: np.ndarray, curvature: np.ndarray) -> float:
+    """``ε √λ_max(M⁻¹ H)``: the largest phase a step advances any direction by.
+
+    An explicit integrator is unstable beyond 2; with the momentum resampled between
+    trajectories (HMC, SGHMC) the position-first update of SGHMC and SGNHT can amplify
+    a direction by up to ``1/cos(φ/2)`` per trajectory at ``φ = ε √λ`` well before that,
+    so a mass that raises this number is a risk the M step refuses.
+    """
+    if inverse_mass.ndim == 1 and curvature.ndim == 1:
+        largest = float(np.max(inverse_mass * curvature))
+    else:
+        if inverse_mass.ndim == 1:
+            inverse_mass = np.diag(inverse_mass)
+        if curvature.ndim == 1:
+            curvature = np.diag(curvature)
+        factor = np.linalg.cholesky(0.5 * (inverse_mass + inverse_mass.T))
+        largest = float(np.linalg.eigvalsh(factor.T @ curvature @ factor)[-1])
+    return float(step_size * np.sqrt(max(largest, 0.0)))

@@ -10,6 +10,7 @@ mass by eq. 5 (:mod:`pymc_sgmcmc.adaptation.mass_em`) and ``S`` itself may grow 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,10 +21,13 @@ from pymc.step_methods.state import dataclass_state
 from pymc_sgmcmc.adaptation.mass_em import (
     MASS_ESTIMATORS,
     MASS_STRUCTURES,
+    MAX_STIFFNESS,
     condition_number,
+    curvature_estimate,
     estimate_inverse_mass,
     online_inverse_mass_update,
     step_sequence,
+    stiffness,
 )
 from pymc_sgmcmc.adaptation.sample_size import (
     SampleSizeRule,
@@ -48,7 +52,10 @@ class MassEMState(StochasticGradientState):
     _condition: float
     mass_updates: int
     sample_size: int
+    mass_rejections: int
     _em_samples: list
+    _em_positions: list
+    _em_gradients: list
     _em_records: list
     _em_offsets: Any
     _em_position: int
@@ -102,6 +109,7 @@ class MassEM(HamiltonianStep):
         "mass_updates": (np.int64, []),
         "e_step_size": (np.int64, []),
         "mass_condition": (np.float64, []),
+        "mass_rejections": (np.int64, []),
     }
     _state_class = MassEMState
 
@@ -168,11 +176,14 @@ class MassEM(HamiltonianStep):
         super()._reset_chain()
         self._condition = condition_number(self.mass.inverse)
         self.mass_updates = 0
+        self.mass_rejections = 0
         self.sample_size = self.initial_sample_size
         self._start_e_step()
 
     def _start_e_step(self) -> None:
         self._em_samples = []
+        self._em_positions = []
+        self._em_gradients = []
         self._em_records = []
         self._em_position = 0
         if self.offset_scheme == "fixed":
@@ -197,6 +208,7 @@ class MassEM(HamiltonianStep):
             mass_updates=self.mass_updates,
             e_step_size=self.sample_size,
             mass_condition=self._condition,
+            mass_rejections=self.mass_rejections,
         )
         return point, stats
 
@@ -205,6 +217,9 @@ class MassEM(HamiltonianStep):
         momentum = self.auxiliary[0]
         sample = position if self.mass_estimator == "position" else momentum
         self._em_samples.append(np.array(sample, dtype=float))
+        if self.position_gradient is not None:  # None after a divergent restart
+            self._em_positions.append(np.array(position, dtype=float))
+            self._em_gradients.append(np.array(self.position_gradient, dtype=float))
         if (
             self.rule.adaptive
             and self._em_position in self._em_offsets
@@ -229,6 +244,31 @@ class MassEM(HamiltonianStep):
 
     # -- the M step ----------------------------------------------------------------------
 
+    def _too_stiff(self, old_inverse: np.ndarray, new_inverse: np.ndarray) -> bool:
+        """Refuse (and warn) when the new mass would make the integrator too stiff."""
+        if len(self._em_gradients) < 2:
+            return False
+        curvature = curvature_estimate(
+            np.asarray(self._em_positions), np.asarray(self._em_gradients), self.structure
+        )
+        step_size = float(self.schedule(self.iteration))
+        old, new = (stiffness(step_size, m, curvature) for m in (old_inverse, new_inverse))
+        if not new > max(MAX_STIFFNESS, old):
+            return False
+        self.mass_rejections += 1
+        if self.mass_rejections == 1:
+            warnings.warn(
+                f"{type(self).__name__}: M step {self.mass_updates + 1} refused: the "
+                f"estimated mass would advance the stiffest direction by ε√λ = {new:.2f} "
+                f"per step (now {old:.2f}; at most {MAX_STIFFNESS} is accepted), which "
+                "can make the chain unstable. The mass stays as it was; the next E step "
+                "tries again. Usually the samples came from a burn-in far from the "
+                "posterior: tune longer, start nearer (initvals=), or use mass='diag'.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return True
+
     def _m_step(self) -> None:
         estimate = estimate_inverse_mass(
             np.asarray(self._em_samples), self.mass_estimator, self.structure
@@ -238,6 +278,8 @@ class MassEM(HamiltonianStep):
         old_inverse = np.asarray(self.mass.inverse, dtype=float)
         kappa = step_sequence(self.mass_updates + 1, self.kappa_exponent)
         new_inverse = online_inverse_mass_update(old_inverse, estimate, kappa)
+        if self._too_stiff(old_inverse, new_inverse):
+            return
         if len(self._em_records) >= 2:
             self.sample_size = self.rule.next_sample_size(
                 self.sample_size,

@@ -34,6 +34,12 @@ class HMC(HamiltonianStep):
     mass : float, array, optional
         ``M``: identity by default; a positive number, a positive vector (diagonal) or a
         positive-definite matrix, in the order of the raveled sampled variables.
+    step_jitter : float, default 0.15
+        Each trajectory's step size is drawn uniformly from
+        ``step_size × [1 − step_jitter, 1 + step_jitter]``, as PyMC's own HMC does. A
+        fixed trajectory length can resonate with the target (on a Gaussian whitened by
+        a learned mass every direction has one period, and a trajectory of exactly one
+        period returns to its start); the jitter breaks that. ``0`` turns it off.
     """
 
     name = "hmc"
@@ -53,8 +59,17 @@ class HMC(HamiltonianStep):
         step_size: float | StepSizeSchedule,
         n_steps: int = 10,
         mass=None,
+        step_jitter: float = 0.15,
         **kwargs: Any,
     ) -> None:
+        if isinstance(step_jitter, bool) or not (
+            isinstance(step_jitter, int | float) and 0.0 <= step_jitter < 1.0
+        ):
+            raise ValueError(
+                f"step_jitter must lie in [0, 1) (the relative spread of the step size), "
+                f"got {step_jitter!r}. PyMC's HMC uses 0.15; 0 turns the jitter off."
+            )
+        self.step_jitter = float(step_jitter)
         super().__init__(vars, step_size=step_size, n_steps=n_steps, mass=mass, **kwargs)
         self._zero_noise = np.zeros((self.n_steps, self.dim), dtype=self._dtype)
 
@@ -83,6 +98,8 @@ class HMC(HamiltonianStep):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """One HMC iteration: fresh momentum, leapfrog trajectory, full-data MH test."""
         step_size = self.schedule(self.iteration)
+        if self.step_jitter:
+            step_size *= self.rng.uniform(1.0 - self.step_jitter, 1.0 + self.step_jitter)
         inv_mass = self.mass.inverse
         momentum = self.mass.draw_momentum(self.rng)
         (
