@@ -32,16 +32,17 @@ def subsample_offsets(
     """
     if nu < 0 or d < 0:
         raise ValueError(f"nu and d must be non-negative, got nu={nu}, d={d}.")
-    offsets = []
-    t = -1
-    i = 1
-    while True:
-        t += 1 + int(rng.poisson(nu * i**d))
-        if t >= n_iterations:
-            break
-        offsets.append(t)
-        i += 1
-    return np.asarray(offsets, dtype=int)
+    # Gaps are drawn in vectorised chunks (one NumPy call per chunk rather than per
+    # offset): this runs at every E step, inside the sampling loop.
+    chunk = 64
+    pieces = []
+    t, i = -1, 1
+    while t < n_iterations:
+        gaps = 1 + rng.poisson(nu * np.arange(i, i + chunk, dtype=float) ** d)
+        times = t + np.cumsum(gaps)
+        pieces.append(times[times < n_iterations])
+        t, i = int(times[-1]), i + chunk
+    return np.concatenate(pieces).astype(int)
 
 
 def fixed_offsets(n_iterations: int, n_subsamples: int) -> np.ndarray:

@@ -324,8 +324,7 @@ class StochasticGradientStep(ArrayStepShared):
         # One reduction instead of a pass per array: a sum is finite only if every term
         # is (a finite overflow to inf is a blown-up trajectory all the same).
         total = logp + position.sum() + sum(float(np.sum(a)) for a in new_auxiliary)
-        if self._record_gradient:
-            total += gradient.sum()
+        # A recorded gradient needs no check of its own: it entered the momentum.
         diverging = not np.isfinite(total)
         if diverging:
             position = q0.data

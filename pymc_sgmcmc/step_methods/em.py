@@ -22,6 +22,7 @@ from pymc_sgmcmc.adaptation.mass_em import (
     MASS_ESTIMATORS,
     MASS_STRUCTURES,
     MAX_STIFFNESS,
+    STIFFNESS_TOLERANCE,
     condition_number,
     curvature_estimate,
     estimate_inverse_mass,
@@ -49,6 +50,7 @@ class MassEMState(StochasticGradientState):
     """Sampling state of an EM sampler: the chain's state plus the learned mass."""
 
     _mass: Any
+    _initial_inverse: Any
     _condition: float
     mass_updates: int
     sample_size: int
@@ -174,11 +176,16 @@ class MassEM(HamiltonianStep):
     def _reset_chain(self) -> None:
         self._mass = None  # every chain starts from the initial mass
         super()._reset_chain()
+        self._initial_inverse = np.asarray(self.mass.inverse, dtype=float)
         self._condition = condition_number(self.mass.inverse)
         self.mass_updates = 0
         self.mass_rejections = 0
         self.sample_size = self.initial_sample_size
         self._start_e_step()
+
+    @property
+    def _no_gradient(self) -> np.ndarray:
+        return np.full(self.dim, np.nan)
 
     def _start_e_step(self) -> None:
         self._em_samples = []
@@ -186,7 +193,9 @@ class MassEM(HamiltonianStep):
         self._em_gradients = []
         self._em_records = []
         self._em_position = 0
-        if self.offset_scheme == "fixed":
+        if not self.rule.adaptive:
+            offsets = np.empty(0, dtype=int)
+        elif self.offset_scheme == "fixed":
             offsets = fixed_offsets(self.sample_size, self.n_subsamples)
         else:
             offsets = subsample_offsets(self.sample_size, self.rng, self.offset_nu, self.offset_d)
@@ -213,18 +222,18 @@ class MassEM(HamiltonianStep):
         return point, stats
 
     def _collect(self, position: np.ndarray) -> None:
-        # One sample per iteration, after the trajectory (and after HMC's MH test).
-        momentum = self.auxiliary[0]
-        sample = position if self.mass_estimator == "position" else momentum
-        self._em_samples.append(np.array(sample, dtype=float))
-        if self.position_gradient is not None:  # None after a divergent restart
-            self._em_positions.append(np.array(position, dtype=float))
-            self._em_gradients.append(np.array(self.position_gradient, dtype=float))
-        if (
-            self.rule.adaptive
-            and self._em_position in self._em_offsets
-            and self.position_gradient is not None  # None after a divergent restart
-        ):
+        # One sample per iteration, after the trajectory (and after HMC's MH test). The
+        # arrays are the compiled function's fresh outputs, kept without copying: this
+        # runs at every iteration and must cost little next to a trajectory.
+        gradient = self.position_gradient
+        if self.mass_estimator == "position":
+            self._em_samples.append(position)
+        else:
+            self._em_samples.append(self.auxiliary[0])
+            self._em_positions.append(position)
+        # A divergent restart leaves no gradient; its row is dropped at the M step.
+        self._em_gradients.append(gradient if gradient is not None else self._no_gradient)
+        if self.rule.adaptive and self._em_position in self._em_offsets and gradient is not None:
             self._em_records.append(self._test_record())
         self._em_position += 1
         if len(self._em_samples) >= self.sample_size:
@@ -234,8 +243,7 @@ class MassEM(HamiltonianStep):
     def _test_record(self) -> tuple:
         # The gradient at the current position comes out of the trajectory itself (on
         # its last minibatch): a separate gradient call here cost 5-15 % per iteration.
-        gradient = np.array(self.position_gradient, dtype=float)
-        return (np.array(self.auxiliary[0], dtype=float), gradient)
+        return (self.auxiliary[0], self.position_gradient)
 
     def _test_function(self, inv_mass: np.ndarray, records: list) -> np.ndarray:
         momenta = np.array([r[0] for r in records])
@@ -244,23 +252,37 @@ class MassEM(HamiltonianStep):
 
     # -- the M step ----------------------------------------------------------------------
 
-    def _too_stiff(self, old_inverse: np.ndarray, new_inverse: np.ndarray) -> bool:
+    def _too_stiff(
+        self, samples: np.ndarray, old_inverse: np.ndarray, new_inverse: np.ndarray
+    ) -> bool:
         """Refuse (and warn) when the new mass would make the integrator too stiff."""
-        if len(self._em_gradients) < 2:
+        if self.mass_estimator == "position":
+            positions = samples
+        else:
+            positions = np.asarray(self._em_positions, dtype=float)
+        gradients = np.asarray(self._em_gradients, dtype=float)
+        kept = np.isfinite(gradients).all(axis=1)
+        if kept.sum() < 2:
             return False
-        curvature = curvature_estimate(
-            np.asarray(self._em_positions), np.asarray(self._em_gradients), self.structure
-        )
+        curvature = curvature_estimate(positions[kept], gradients[kept], self.structure)
         step_size = float(self.schedule(self.iteration))
-        old, new = (stiffness(step_size, m, curvature) for m in (old_inverse, new_inverse))
-        if not new > max(MAX_STIFFNESS, old):
+        # The reference is the mass the chain started from (the user chose the step size
+        # for it), with room for the estimate's noise: against the current mass, noise
+        # alone refused most M steps of a minibatch chain once the mass had settled.
+        initial, new = (
+            stiffness(step_size, m, curvature) for m in (self._initial_inverse, new_inverse)
+        )
+        limit = max(MAX_STIFFNESS, STIFFNESS_TOLERANCE * initial)
+        if not new > limit:
             return False
         self.mass_rejections += 1
         if self.mass_rejections == 1:
             warnings.warn(
                 f"{type(self).__name__}: M step {self.mass_updates + 1} refused: the "
                 f"estimated mass would advance the stiffest direction by ε√λ = {new:.2f} "
-                f"per step (now {old:.2f}; at most {MAX_STIFFNESS} is accepted), which "
+                f"per step (at most {limit:.2f} is accepted: the larger of "
+                f"{MAX_STIFFNESS} and {STIFFNESS_TOLERANCE} x the initial mass's "
+                f"{initial:.2f}), which "
                 "can make the chain unstable. The mass stays as it was; the next E step "
                 "tries again. Usually the samples came from a burn-in far from the "
                 "posterior: tune longer, start nearer (initvals=), or use mass='diag'.",
@@ -270,15 +292,14 @@ class MassEM(HamiltonianStep):
         return True
 
     def _m_step(self) -> None:
-        estimate = estimate_inverse_mass(
-            np.asarray(self._em_samples), self.mass_estimator, self.structure
-        )
+        samples = np.asarray(self._em_samples, dtype=float)
+        estimate = estimate_inverse_mass(samples, self.mass_estimator, self.structure)
         if estimate is None:
             return
         old_inverse = np.asarray(self.mass.inverse, dtype=float)
         kappa = step_sequence(self.mass_updates + 1, self.kappa_exponent)
         new_inverse = online_inverse_mass_update(old_inverse, estimate, kappa)
-        if self._too_stiff(old_inverse, new_inverse):
+        if self._too_stiff(samples, old_inverse, new_inverse):
             return
         if len(self._em_records) >= 2:
             self.sample_size = self.rule.next_sample_size(
