@@ -50,7 +50,12 @@ import scipy.stats as st
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.distributions import sample_vmf, sphere_transform
 from pymc_sgmcmc.dynamics.geodesic import flow_a, gsgnht_step, project_velocity, sggmc_step
-from pymc_sgmcmc.manifolds.sphere import geodesic_flow, project_tangent, retract_to_sphere
+from pymc_sgmcmc.manifolds.sphere import (
+    SphereLayout,
+    geodesic_flow,
+    project_tangent,
+    retract_to_sphere,
+)
 
 Z = 4.5
 """Tolerance in MCSE units; a Gaussian estimate leaves ±4.5 MCSE with probability ~7e-6,
@@ -286,12 +291,13 @@ ROWS = np.array([[1, 2, 3], [4, 5, 6], [8, 9, 10]])
 EUCLIDEAN = np.array([0, 7, 11, 12])
 DIM = 13
 MANIFOLD_DIM = 3 * 2 + 4
+LAYOUT = SphereLayout.from_indices(ROWS, EUCLIDEAN)
 
 
 def mixed_state(rng):
     position = rng.normal(size=DIM)
     position[ROWS] = unit(position[ROWS])
-    velocity = project_velocity(position, rng.normal(size=DIM), ROWS)
+    velocity = project_velocity(position, rng.normal(size=DIM), LAYOUT)
     return position, velocity
 
 
@@ -334,15 +340,48 @@ def reference_step(position, velocity, grad, noise, eps, friction, noise_estimat
     return a(x, v, eps / 2)
 
 
+def test_layout_splits_and_joins_the_flat_vector_without_moving_a_coordinate():
+    assert LAYOUT.runs == (
+        (0, 1, False),
+        (1, 7, True),
+        (7, 8, False),
+        (8, 11, True),
+        (11, 13, False),
+    )
+    assert (LAYOUT.size, LAYOUT.d, LAYOUT.n_spheres, LAYOUT.manifold_dim) == (13, 3, 3, 10)
+    np.testing.assert_array_equal(LAYOUT.sphere_rows, ROWS)
+    np.testing.assert_array_equal(LAYOUT.euclidean, EUCLIDEAN)
+    flat = np.arange(DIM, dtype=float)
+    spheres, euclidean = LAYOUT.split(flat)
+    np.testing.assert_array_equal(spheres, flat[ROWS])
+    np.testing.assert_array_equal(euclidean, flat[EUCLIDEAN])
+    np.testing.assert_array_equal(LAYOUT.join(spheres, euclidean), flat)
+    # PyTensor gives the same numbers.
+    x = pt.dvector("x")
+    fn = pytensor.function([x], [*LAYOUT.split(x), LAYOUT.join(*LAYOUT.split(x))])
+    for out, ref in zip(fn(flat), [flat[ROWS], flat[EUCLIDEAN], flat], strict=True):
+        np.testing.assert_array_equal(out, ref)
+    # One sphere is a vector; a variable alone is the whole vector; runs of a kind merge.
+    one = SphereLayout.from_blocks([(2, None), (4, 4), (0, 7), (1, None), (3, None)])
+    assert one.runs == ((0, 2, False), (2, 6, True), (6, 10, False)) and one.n_spheres == 1
+    assert one.split(np.arange(10.0))[0].shape == (4,)
+    alone = SphereLayout.from_blocks([(6, 3)])
+    assert alone.split(flat[:6])[1] is None and alone.manifold_dim == 4
+    with pytest.raises(ValueError, match=r"share their dimension, got \[3, 4\]"):
+        SphereLayout.from_blocks([(3, 3), (4, 4)])
+    with pytest.raises(ValueError, match="consecutive"):
+        SphereLayout.from_indices([[0, 2, 4]], [1, 3])
+    with pytest.raises(ValueError, match="cover"):
+        SphereLayout.from_indices([[0, 1, 2]], [4])
+
+
 def test_one_sggmc_step_is_the_composition_of_the_exact_sub_flows():
     rng = np.random.default_rng(5)
     grad = vmf_and_gaussian_gradient()
     for eps, friction, noise_estimate in [(0.1, 1.0, 0.0), (0.5, 2.0, 0.7), (1.3, 0.3, 0.3)]:
         position, velocity = mixed_state(rng)
         noise = rng.standard_normal(DIM)
-        got = sggmc_step(
-            position, velocity, grad, noise, eps, friction, noise_estimate, ROWS, EUCLIDEAN
-        )
+        got = sggmc_step(position, velocity, grad, noise, eps, friction, noise_estimate, LAYOUT)
         expected = reference_step(position, velocity, grad, noise, eps, friction, noise_estimate)
         for a, b in zip(got, expected, strict=True):
             np.testing.assert_allclose(a, b, atol=1e-12)
@@ -351,7 +390,7 @@ def test_one_sggmc_step_is_the_composition_of_the_exact_sub_flows():
 def test_euclidean_part_of_the_splitting_is_straight_line_motion():
     rng = np.random.default_rng(6)
     position, velocity = mixed_state(rng)
-    moved, same_velocity = flow_a(position, velocity, 0.8, ROWS, EUCLIDEAN)
+    moved, same_velocity = flow_a(position, velocity, 0.8, LAYOUT)
     np.testing.assert_allclose(
         moved[EUCLIDEAN], position[EUCLIDEAN] + 0.8 * velocity[EUCLIDEAN], rtol=1e-15
     )
@@ -370,8 +409,7 @@ def test_euclidean_part_of_the_splitting_is_straight_line_motion():
         decay * v + eps * g + math.sqrt(2 * (friction - noise_estimate) * eps) * noise[EUCLIDEAN]
     )
     x = x + eps / 2 * v
-    no_spheres = np.zeros((0, 3), dtype=np.int64)
-    euclidean_only = np.arange(4)
+    euclidean_only = SphereLayout.from_indices(np.zeros((0, 3), dtype=np.int64), np.arange(4))
 
     def grad_alone(p):
         return 1.0 - p
@@ -384,12 +422,9 @@ def test_euclidean_part_of_the_splitting_is_straight_line_motion():
         eps,
         friction,
         noise_estimate,
-        no_spheres,
         euclidean_only,
     )
-    mixed = sggmc_step(
-        position, velocity, grad, noise, eps, friction, noise_estimate, ROWS, EUCLIDEAN
-    )
+    mixed = sggmc_step(position, velocity, grad, noise, eps, friction, noise_estimate, LAYOUT)
     np.testing.assert_allclose(alone[0], x, rtol=1e-14)
     np.testing.assert_allclose(alone[1], v, rtol=1e-14)
     np.testing.assert_array_equal(mixed[0][EUCLIDEAN], alone[0])
@@ -403,7 +438,7 @@ def test_spheres_of_a_batch_move_independently():
     position, velocity = mixed_state(rng)
     noise = rng.standard_normal(DIM)
     grad = vmf_and_gaussian_gradient()
-    batch = sggmc_step(position, velocity, grad, noise, 0.3, 1.0, 0.0, ROWS, EUCLIDEAN)
+    batch = sggmc_step(position, velocity, grad, noise, 0.3, 1.0, 0.0, LAYOUT)
     for k, r in enumerate(ROWS):
         single = sggmc_step(
             position[r],
@@ -413,8 +448,7 @@ def test_spheres_of_a_batch_move_independently():
             0.3,
             1.0,
             0.0,
-            np.arange(3)[None, :],
-            np.zeros(0, dtype=np.int64),
+            SphereLayout.from_indices(np.arange(3)[None, :], np.zeros(0, dtype=np.int64)),
         )
         np.testing.assert_allclose(batch[0][r], single[0], atol=1e-15, err_msg=f"sphere {k}")
         np.testing.assert_allclose(batch[1][r], single[1], atol=1e-15, err_msg=f"sphere {k}")
@@ -432,7 +466,7 @@ def test_gsgnht_thermostat_follows_the_kinetic_temperature_of_the_manifold():
         velocity *= scale / math.sqrt(velocity @ velocity / MANIFOLD_DIM)
         noise = rng.standard_normal(DIM)
         _, new_velocity, xi = gsgnht_step(
-            position, velocity, 1.5, grad, noise, eps, 1.0, 0.2, ROWS, EUCLIDEAN, MANIFOLD_DIM
+            position, velocity, 1.5, grad, noise, eps, 1.0, 0.2, LAYOUT
         )
         expected = (
             1.5
@@ -452,10 +486,8 @@ def test_gsgnht_step_with_the_thermostat_at_rest_is_an_sggmc_step():
     velocity /= math.sqrt(velocity @ velocity / MANIFOLD_DIM)
     grad = vmf_and_gaussian_gradient()
     noise = rng.standard_normal(DIM)
-    x_g, v_g, _ = gsgnht_step(
-        position, velocity, 2.0, grad, noise, 0.1, 2.0, 0.5, ROWS, EUCLIDEAN, MANIFOLD_DIM
-    )
-    x_s, v_s = sggmc_step(position, velocity, grad, noise, 0.1, 2.0, 0.5, ROWS, EUCLIDEAN)
+    x_g, v_g, _ = gsgnht_step(position, velocity, 2.0, grad, noise, 0.1, 2.0, 0.5, LAYOUT)
+    x_s, v_s = sggmc_step(position, velocity, grad, noise, 0.1, 2.0, 0.5, LAYOUT)
     np.testing.assert_allclose(x_g, x_s, atol=1e-14)
     np.testing.assert_allclose(v_g, v_s, atol=1e-14)
 
@@ -498,7 +530,7 @@ def test_integrators_keep_the_constraints_over_1e5_steps(method):
     for i in range(LONG_RUN):
         if method == "sggmc":
             position, velocity = sggmc_step(
-                position, velocity, grad, noise[i % 1000], 0.05, 1.0, 0.5, ROWS, EUCLIDEAN
+                position, velocity, grad, noise[i % 1000], 0.05, 1.0, 0.5, LAYOUT
             )
         else:
             position, velocity, thermostat = gsgnht_step(
@@ -510,9 +542,7 @@ def test_integrators_keep_the_constraints_over_1e5_steps(method):
                 0.05,
                 1.0,
                 0.0,
-                ROWS,
-                EUCLIDEAN,
-                MANIFOLD_DIM,
+                LAYOUT,
             )
     assert_on_spheres(position, velocity, method)
     assert np.isfinite(thermostat)
@@ -555,15 +585,13 @@ def mixture_model():
     The noise term is a potential ``eᵀx`` with ``e`` one row of the noise table per
     gradient (``pm.Minibatch``, batch size 1, no ``total_size``): each gradient gets
     ``N(0, 1000 I)`` noise, and the full-data term, ``(Σ e)ᵀx = 0``, leaves the target
-    untouched. ``pm.Mixture`` finds no safe default transform for components on the
-    sphere, so the sphere transform is given explicitly.
+    untouched. The mixture takes its components' sphere transform by itself.
     """
     with pm.Model() as model:
         x = pm.Mixture(
             "x",
             w=MIX_WEIGHTS,
             comp_dists=[pmsg.VonMisesFisher.dist(mu=m, kappa=MIX_KAPPA) for m in MIX_MEANS],
-            default_transform=sphere_transform,
         )
         e = pm.Minibatch(noise_table(), batch_size=1)
         pm.Potential("gradient_noise", pt.sum(e * x))
@@ -906,9 +934,14 @@ def test_layout_of_a_mixed_model(mixed_problem):
         step = pmsg.SGGMC(step_size=0.02)
     # Flat order is the model's: kappa_log__ (1), mu (3), loc (1), axes (3 × 3).
     assert [v.name for v in step.vars] == ["kappa_log__", "mu_sphere__", "loc", "axes_sphere__"]
-    rows, euclidean = step.layout
-    np.testing.assert_array_equal(rows, [[1, 2, 3], [5, 6, 7], [8, 9, 10], [11, 12, 13]])
-    np.testing.assert_array_equal(euclidean, [0, 4])
+    layout = step.layout
+    np.testing.assert_array_equal(
+        layout.sphere_rows, [[1, 2, 3], [5, 6, 7], [8, 9, 10], [11, 12, 13]]
+    )
+    np.testing.assert_array_equal(layout.euclidean, [0, 4])
+    # Contiguous runs: kappa | mu | loc | axes (mu is one sphere, axes three).
+    assert layout.runs == ((0, 1, False), (1, 4, True), (4, 5, False), (5, 14, True))
+    assert layout.d == 3 and layout.n_spheres == 4
     assert step.manifold_dim == 4 * 2 + 2
 
 
@@ -997,6 +1030,53 @@ def test_sample_stats_and_a_start_off_the_sphere(mixed_problem, mixed_steps, sam
     np.testing.assert_array_equal(stats["n_steps"].values, MIXED_SETTINGS[sampler]["n_steps"])
 
 
+@pytest.mark.parametrize("sampler", ["SGGMC", "GSGNHT"])
+def test_a_draw_continues_from_the_last_one_and_a_moved_point_starts_afresh(
+    mixed_problem, mixed_steps, sampler, monkeypatch
+):
+    # A trajectory ends on the spheres with a tangent velocity, so the next draw starts
+    # there without re-normalising; a point changed in between (by the user, another
+    # sampler, a restart) is put back on its spheres and the velocity re-projected, as at
+    # the first draw. Both must give what re-normalising before every draw gives.
+    model, _ = mixed_problem
+    step = mixed_steps[sampler]
+    moves = {
+        3: {"mu": lambda x: 3.0 * x},  # off its sphere
+        5: {"axes": lambda x: np.concatenate([np.zeros((1, 3)), x[1:]])},  # no direction
+        6: {"loc": lambda x: x + 1.0, "mu": lambda x: -x},  # still on the sphere
+    }
+    values = {v.name: model.values_to_rvs[v].name for v in step.vars}
+
+    def chain(always_check):
+        """Eight draws with the moves; returns them, the last velocity, the full checks."""
+        step.setup_chain(np.random.default_rng(4), 0, 8)
+        point, draws, checks = model.initial_point(), [], 0
+        for i in range(8):
+            for value, name in values.items():
+                if name in moves.get(i, {}):
+                    point = {**point, value: moves[i][name](point[value])}
+            if always_check:
+                step._start_on_spheres = None
+            checks += step._start_on_spheres is None
+            point, stats = step.step(point)
+            assert not stats[0]["diverging"]
+            draws.append(np.concatenate([np.ravel(point[v.name]) for v in step.vars]))
+        return np.array(draws), step.auxiliary[0], checks
+
+    calls = []
+    original = type(step)._on_spheres
+    monkeypatch.setattr(type(step), "_on_spheres", lambda s, p: calls.append(1) or original(s, p))
+    draws, velocity, _ = chain(always_check=False)
+    assert len(calls) == 1 + len(moves)  # the first draw and each moved point only
+    reference, reference_velocity, checks = chain(always_check=True)
+    assert checks == 8 and len(calls) == 1 + len(moves) + 8
+    np.testing.assert_allclose(draws, reference, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(velocity, reference_velocity, rtol=0, atol=1e-12)
+    rows = step.layout.sphere_rows
+    np.testing.assert_allclose(np.linalg.norm(draws[:, rows], axis=-1), 1.0, atol=1e-14)
+    np.testing.assert_allclose(np.sum(draws[-1, rows] * velocity[rows], axis=-1), 0, atol=1e-13)
+
+
 # ======================================================================================
 # Errors
 # ======================================================================================
@@ -1037,19 +1117,70 @@ def test_euclidean_sampler_next_to_a_geodesic_one_is_accepted(sphere_and_normal)
         geodesic = pmsg.SGGMC(vars=[model["u"]], step_size=0.1)
     assert [v.name for v in euclidean.vars] == ["w"]
     assert [v.name for v in geodesic.vars] == ["u_sphere__"]
-    rows, flat = geodesic.layout
-    np.testing.assert_array_equal(rows, [[0, 1, 2]])
-    assert flat.size == 0 and geodesic.manifold_dim == 2
+    np.testing.assert_array_equal(geodesic.layout.sphere_rows, [[0, 1, 2]])
+    assert geodesic.layout.euclidean.size == 0 and geodesic.manifold_dim == 2
 
 
 @pytest.mark.parametrize("sampler", ["SGGMC", "GSGNHT"])
-def test_spheres_of_different_dimensions_in_one_sampler_are_refused(sampler):
+def test_spheres_of_different_dimensions_are_refused_when_the_sampler_is_created(sampler):
     with pm.Model() as model:
         pmsg.SphereUniform("small", d=3)
-        pmsg.SphereUniform("large", d=10)
-        step = getattr(pmsg, sampler)(step_size=0.1)
-    with pytest.raises(ValueError, match=r"share their dimension, got \[3, 10\]"):
-        sample(model, step, draws=2, tune=0, seed=1, chains=1)
+        pmsg.SphereUniform("large", shape=(2, 10))
+        pmsg.VonMisesFisher("also_small", mu=[0.0, 0.0, 1.0], kappa=1.0)
+    cls = getattr(pmsg, sampler)
+    # The error names the dimensions, the variables of each, and the fix.
+    expected = (
+        rf"{sampler}: all sphere-valued variables of one geodesic sampler must share their "
+        r"dimension, got \[3, 10\] \(d=3 for \['small', 'also_small'\], d=10 for "
+        r"\['large'\]\)\. Give each dimension its own sampler: "
+        rf"step=\[pmsg\.{sampler}\(vars=\[small, also_small\], \.\.\.\), "
+        rf"pmsg\.{sampler}\(vars=\[large\], \.\.\.\)\]\.$"
+    )
+    with model, pytest.raises(ValueError, match=expected):
+        cls(step_size=0.1)
+    with model, pytest.raises(ValueError, match=r"got \[3, 10\]"):
+        cls(vars=[model["large"], model["small"]], step_size=0.1)
+    # The fix it gives samples: one sampler per dimension.
+    with model:
+        steps = [
+            cls(vars=[model["small"], model["also_small"]], step_size=0.1, n_steps=2),
+            cls(vars=[model["large"]], step_size=0.1, n_steps=2),
+        ]
+    assert [s.layout.d for s in steps] == [3, 10]
+    idata = sample(model, steps, draws=3, tune=0, seed=1, chains=1)
+    for name in ("small", "large", "also_small"):
+        np.testing.assert_allclose(np.linalg.norm(idata.posterior[name], axis=-1), 1.0)
+
+
+def test_a_mixture_on_spheres_without_the_sphere_transform_is_refused():
+    # Without the transform the mixture's value would move through R³, where its density
+    # exp(κ μᵀx) is not normalised: the geodesic samplers refuse it and say what to do.
+    with pm.Model() as model:
+        components = [pmsg.VonMisesFisher.dist(mu=m, kappa=2.0) for m in np.eye(3)[:2]]
+        pm.Mixture("x", w=[0.5, 0.5], comp_dists=components, default_transform=None)
+        pm.Normal("w", 0.0, 1.0, shape=3)  # an ordinary vector next to it is fine
+    with (
+        model,
+        pytest.raises(
+            ValueError, match=r"SGGMC: 'x' mixes distributions on a sphere.*Leave out default_tr"
+        ),
+    ):
+        pmsg.SGGMC(step_size=0.1)
+    with model:
+        assert pmsg.SGGMC(vars=[model["w"]], step_size=0.1).layout.n_spheres == 0
+
+
+def test_a_sphere_valued_variable_without_an_embedding_axis_is_refused():
+    # S⁰ = {−1, 1} is two points: there is no geodesic to move along.
+    with pm.Model() as model:
+        pm.Normal("s", 0.0, 1.0, shape=(4, 1), default_transform=sphere_transform)
+    with (
+        model,
+        pytest.raises(
+            ValueError, match=r"GSGNHT: the sphere-valued variable 's' has shape \(4, 1\).*d >= 2"
+        ),
+    ):
+        pmsg.GSGNHT(step_size=0.1)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ deterministic; ``Z`` is wide enough that they would pass for almost every seed.
 
 from __future__ import annotations
 
+import warnings
+
 import arviz as az
 import numpy as np
 import pymc as pm
@@ -16,6 +18,7 @@ import pytensor.tensor as pt
 import pytest
 import scipy.integrate
 import scipy.stats as st
+from pymc.distributions.mixture import MixtureTransformWarning
 from pymc.logprob.utils import ParameterValueError
 from scipy.special import gammaln, ive, logsumexp
 
@@ -376,6 +379,68 @@ def test_vmf_logp_through_the_transform_is_the_vmf_density_plus_the_radial_facto
         -0.5 * z @ z - 1.5 * np.log(2 * np.pi) + np.log(4 * np.pi)
     )
     assert model.compile_logp(mode="FAST_COMPILE")({"x_sphere__": z}) == pytest.approx(expected)
+
+
+def log_c3(kappa):
+    """log of the vMF normaliser on S², κ / (4π sinh κ)."""
+    return np.log(kappa / (4 * np.pi * np.sinh(kappa)))
+
+
+def test_mixture_of_sphere_distributions_is_sphere_valued_with_the_mixture_density():
+    # pm.Mixture passes its components' default transform on only for transforms PyMC
+    # lists as safe in mixtures, and otherwise warns and leaves the mixture on all of R^d.
+    # The sphere transform is on that list, so the plain mixture lives on the sphere.
+    means = unit([[1.0, 0.0, 0.0], [0.0, 0.6, 0.8]])
+    kappas, weights = np.array([4.0, 9.0]), np.array([0.3, 0.7])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MixtureTransformWarning)
+        with pm.Model() as model:
+            x = pm.Mixture(
+                "x",
+                w=weights,
+                comp_dists=[
+                    pmsg.VonMisesFisher.dist(mu=m, kappa=k)
+                    for m, k in zip(means, kappas, strict=True)
+                ],
+            )
+            u = pm.Mixture(
+                "u",
+                w=[0.25, 0.75],
+                comp_dists=[
+                    pmsg.VonMisesFisher.dist(mu=means[1], kappa=2.0),
+                    pmsg.SphereUniform.dist(d=3),
+                ],
+            )
+    for rv in (x, u):
+        assert model.rvs_to_transforms[rv] is sphere_transform
+        assert model.rvs_to_values[rv].name == f"{rv.name}_sphere__"
+
+    def log_x(points):  # log Σ_k w_k C₃(κ_k) exp(κ_k μ_kᵀ x), by hand
+        terms = np.log(weights) + log_c3(kappas) + kappas * (points @ means.T)
+        return logsumexp(terms, axis=-1)
+
+    def log_u(points):
+        vmf = np.log(0.25) + log_c3(2.0) + 2.0 * points @ means[1]
+        return np.logaddexp(vmf, np.log(0.75) - np.log(4 * np.pi))
+
+    points = unit(np.random.default_rng(3).normal(size=(6, 3)))
+    points[0] = means[1]  # at a mode, where the second component dominates
+    value = pt.dvector("value")
+    for rv, expected in ((x, log_x), (u, log_u)):
+        logp = pytensor.function([value], pm.logp(rv, value), mode="FAST_COMPILE")
+        np.testing.assert_allclose([logp(p) for p in points], expected(points), rtol=1e-12)
+
+    # In the value space: the mixture density of z/|z| times the chi radial factor.
+    z = {"x_sphere__": np.array([0.3, -1.2, 2.0]), "u_sphere__": np.array([-0.5, 0.1, 0.4])}
+    radial = sum(-0.5 * v @ v - 1.5 * np.log(2 * np.pi) + np.log(4 * np.pi) for v in z.values())
+    total = log_x(unit(z["x_sphere__"])) + log_u(unit(z["u_sphere__"])) + radial
+    assert model.compile_logp(mode="FAST_COMPILE")(z) == pytest.approx(total, rel=1e-12)
+
+    # The samplers see two spheres: geodesic ones move on them, Euclidean ones refuse.
+    with model:
+        assert pmsg.SGGMC(step_size=0.1).layout.n_spheres == 2
+        with pytest.raises(ValueError, match=r"live on spheres: \['x_sphere__', 'u_sphere__'\]"):
+            pmsg.SGHMC(step_size=0.1)
 
 
 def test_sphere_uniform_dimension_from_d_shape_dims_or_observed():

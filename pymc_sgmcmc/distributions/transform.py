@@ -158,3 +158,35 @@ class SphereTransform(Transform):
 
 sphere_transform = SphereTransform()
 """The instance used as default transform by the sphere-valued distributions."""
+
+
+def allow_in_mixtures() -> bool:
+    """Let ``pm.Mixture`` of sphere-valued components default to the sphere transform.
+
+    PyMC gives a mixture the default transform of its components only when they share
+    one and its type is in ``pymc.distributions.mixture.allowed_default_mixture_transforms``,
+    the transforms that need no special handling in a mixture; for any other it warns
+    (``MixtureTransformWarning``) and leaves the mixture untransformed, i.e. a density
+    of the sphere treated as one on all of ``R^d``, which no sampler can use. The sphere
+    transform is one that needs none: it does not depend on the components' parameters,
+    so the components' common transform is the mixture's. Adding it there (once, when
+    this package is imported) makes ``pm.Mixture("x", w, [pmsg.VonMisesFisher.dist(...),
+    ...])`` a sphere-valued variable like its components.
+
+    Returns
+    -------
+    bool
+        Whether PyMC now accepts the sphere transform for mixtures; ``False`` where this
+        PyMC has no such list, and ``default_transform=sphere_transform`` must be given.
+    """
+    from pymc.distributions import mixture
+
+    allowed = getattr(mixture, "allowed_default_mixture_transforms", None)
+    if not isinstance(allowed, tuple):
+        return False
+    if not issubclass(SphereTransform, allowed):
+        mixture.allowed_default_mixture_transforms = (*allowed, SphereTransform)
+    return True
+
+
+allow_in_mixtures()

@@ -3,45 +3,124 @@
 Liu, Zhu and Song, "Stochastic Gradient Geodesic MCMC Methods" (slides), Algorithms 1
 and 2 with scalar ``C``: the second-order "ABOBO" splitting of the dynamics into the
 geodesic flow (A), the friction (B) and the stochastic-gradient kick with noise (O), each
-solved exactly. Positions are one flat vector: ``sphere_rows`` (``K × d`` integer indices)
-picks the coordinates of ``K`` spheres of dimension ``d``, ``euclidean`` (integer
-indices) the unconstrained coordinates, which follow the same splitting on straight
-lines. The mass is the identity, as in the algorithms.
+solved exactly. Positions are one flat vector; a
+:class:`~pymc_sgmcmc.manifolds.sphere.SphereLayout` says which of its coordinates form
+spheres of dimension ``d`` and which are unconstrained, and these follow the same
+splitting on straight lines. The mass is the identity, as in the algorithms.
+
+A step splits position and velocity into their sphere and unconstrained parts once,
+works on the parts, and joins them only where the gradient needs the flat position.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from pymc_sgmcmc.dynamics.common import Array, GradLogp
-from pymc_sgmcmc.manifolds.sphere import geodesic_flow, project_tangent, retract_to_sphere
+from pymc_sgmcmc.manifolds.sphere import (
+    SphereLayout,
+    geodesic_flow,
+    project_tangent,
+    retract_to_sphere,
+)
 
 
-def _set(flat: Array, rows: Array, values: Array) -> Array:
-    if isinstance(flat, np.ndarray):
-        out = flat.copy()
-        out[rows] = values
-        return out
-    import pytensor.tensor as pt
+class Parts(NamedTuple):
+    """A flat vector split by a :class:`SphereLayout`; ``None`` marks an empty part."""
 
-    return pt.set_subtensor(flat[rows], values)
+    spheres: Array | None
+    euclidean: Array | None
 
 
-def flow_a(
-    position: Array, velocity: Array, t: Array, sphere_rows: Array, euclidean: Array
-) -> tuple[Array, Array]:
-    """A: geodesic flow on the spheres and straight lines elsewhere, for time ``t``."""
-    x, v = geodesic_flow(position[sphere_rows], velocity[sphere_rows], t)
-    x, v = retract_to_sphere(x, v)
-    position = _set(position, sphere_rows, x)
-    velocity = _set(velocity, sphere_rows, v)
-    position = _set(position, euclidean, position[euclidean] + t * velocity[euclidean])
-    return position, velocity
+def _split(layout: SphereLayout, flat: Array) -> Parts:
+    return Parts(*layout.split(flat))
 
 
-def project_velocity(position: Array, vector: Array, sphere_rows: Array) -> Array:
-    """``Λ(x)`` applied sphere by sphere; unconstrained coordinates pass unchanged."""
-    return _set(vector, sphere_rows, project_tangent(position[sphere_rows], vector[sphere_rows]))
+def _join(layout: SphereLayout, parts: Parts) -> Array:
+    return layout.join(parts.spheres, parts.euclidean)
+
+
+def _scale(factor: Array, v: Parts) -> Parts:
+    return Parts(*(None if p is None else factor * p for p in v))
+
+
+def _squared_norm(v: Parts) -> Array:
+    return sum((p * p).sum() for p in v if p is not None)
+
+
+def _flow(x: Parts, v: Parts, t: Array) -> tuple[Parts, Parts]:
+    """A on the parts: great circles (eq. 12, then retracted), straight lines elsewhere."""
+    xs, vs = x.spheres, v.spheres
+    if xs is not None:
+        xs, vs = retract_to_sphere(*geodesic_flow(xs, vs, t))
+    xe = None if x.euclidean is None else x.euclidean + t * v.euclidean
+    return Parts(xs, xe), Parts(vs, v.euclidean)
+
+
+def _kick(
+    layout: SphereLayout,
+    x: Parts,
+    v: Parts,
+    grad_logp: GradLogp,
+    noise: Array,
+    step_size: Array,
+    diffusion: Array,
+    noise_estimate: Array,
+) -> Parts:
+    """O on the parts: ``v ← v + Λ(x)[ε ∇log π̃(x) + N(0, 2(C − B̂)ε)]``."""
+    kick = (
+        step_size * grad_logp(_join(layout, x))
+        + (2.0 * (diffusion - noise_estimate) * step_size) ** 0.5 * noise
+    )
+    ks, ke = layout.split(kick)
+    vs = None if ks is None else v.spheres + project_tangent(x.spheres, ks)
+    ve = None if ke is None else v.euclidean + ke
+    return Parts(vs, ve)
+
+
+def flow_a(position: Array, velocity: Array, t: Array, layout: SphereLayout) -> tuple[Array, Array]:
+    """A: geodesic flow on the spheres and straight lines elsewhere, for time ``t``.
+
+    Parameters
+    ----------
+    position, velocity : array
+        Flat ``x`` and tangent ``v``.
+    t : scalar
+        Duration of the flow.
+    layout : SphereLayout
+        Which coordinates form spheres and which are unconstrained.
+
+    Returns
+    -------
+    position, velocity : array
+        The flat state after the flow, retracted onto the spheres (eq. 12).
+    """
+    x, v = _flow(_split(layout, position), _split(layout, velocity), t)
+    return _join(layout, x), _join(layout, v)
+
+
+def project_velocity(position: Array, vector: Array, layout: SphereLayout) -> Array:
+    """``Λ(x)`` applied sphere by sphere; unconstrained coordinates pass unchanged.
+
+    Parameters
+    ----------
+    position : array
+        Flat ``x``, unit vectors on the spheres.
+    vector : array
+        Flat vector to project, e.g. a velocity or a gradient.
+    layout : SphereLayout
+        Which coordinates form spheres and which are unconstrained.
+
+    Returns
+    -------
+    array
+        ``vector`` with its normal part on each sphere removed.
+    """
+    xs, _ = layout.split(position)
+    gs, ge = layout.split(vector)
+    return layout.join(None if gs is None else project_tangent(xs, gs), ge)
 
 
 def kick_o(
@@ -52,18 +131,22 @@ def kick_o(
     step_size: Array,
     diffusion: Array,
     noise_estimate: Array,
-    sphere_rows: Array,
+    layout: SphereLayout,
 ) -> Array:
     """O: ``v ← v + Λ(x)[ε ∇log π̃(x) + N(0, 2(C − B̂)ε)]`` (Alg. 1, O step).
 
     The slides write the noise as ``N(0, (2C − εV)ε)``; ``B̂ = εV/2`` is our
-    ``noise_estimate``, as in SGHMC.
+    ``noise_estimate``, as in SGHMC. Arguments as for :func:`sggmc_step`, with
+    ``diffusion`` for ``C``.
+
+    Returns
+    -------
+    array
+        The flat velocity after the kick.
     """
-    kick = (
-        step_size * grad_logp(position)
-        + (2.0 * (diffusion - noise_estimate) * step_size) ** 0.5 * noise
-    )
-    return velocity + project_velocity(position, kick, sphere_rows)
+    x, v = _split(layout, position), _split(layout, velocity)
+    v = _kick(layout, x, v, grad_logp, noise, step_size, diffusion, noise_estimate)
+    return _join(layout, v)
 
 
 def sggmc_step(
@@ -74,15 +157,14 @@ def sggmc_step(
     step_size: Array,
     friction: Array,
     noise_estimate: Array,
-    sphere_rows: Array,
-    euclidean: Array,
+    layout: SphereLayout,
 ) -> tuple[Array, Array]:
     """One SGGMC step, A(ε/2) B(ε/2) O(ε) B(ε/2) A(ε/2) (Algorithm 1).
 
     Parameters
     ----------
     position, velocity : array
-        Flat ``x`` (unit rows on the spheres) and tangent ``v``.
+        Flat ``x`` (unit vectors on the spheres) and tangent ``v``.
     grad_logp : callable
         ``x ↦ ∇log π̃(x)`` in embedded coordinates (its normal part is projected away).
     noise : array
@@ -93,18 +175,23 @@ def sggmc_step(
         ``C``.
     noise_estimate : scalar
         ``B̂ = εV/2``, ``0 ≤ B̂ ≤ C``.
-    sphere_rows, euclidean : integer arrays
-        Flat indices of the spheres (``K × d``) and of the unconstrained coordinates.
+    layout : SphereLayout
+        Which coordinates form spheres and which are unconstrained.
+
+    Returns
+    -------
+    position, velocity : array
+        The flat state after the step.
     """
     half = 0.5 * step_size
     decay = _exp(-friction * half)
-    position, velocity = flow_a(position, velocity, half, sphere_rows, euclidean)  # A
-    velocity = decay * velocity  # B: v ← exp(−Cε/2) v
-    velocity = kick_o(
-        position, velocity, grad_logp, noise, step_size, friction, noise_estimate, sphere_rows
-    )  # O
-    velocity = decay * velocity  # B
-    return flow_a(position, velocity, half, sphere_rows, euclidean)  # A
+    x, v = _split(layout, position), _split(layout, velocity)
+    x, v = _flow(x, v, half)  # A
+    v = _scale(decay, v)  # B: v ← exp(−Cε/2) v
+    v = _kick(layout, x, v, grad_logp, noise, step_size, friction, noise_estimate)  # O
+    v = _scale(decay, v)  # B
+    x, v = _flow(x, v, half)  # A
+    return _join(layout, x), _join(layout, v)
 
 
 def gsgnht_step(
@@ -116,30 +203,43 @@ def gsgnht_step(
     step_size: Array,
     diffusion: Array,
     noise_estimate: Array,
-    sphere_rows: Array,
-    euclidean: Array,
-    manifold_dim: Array,
+    layout: SphereLayout,
 ) -> tuple[Array, Array, Array]:
     """One gSGNHT step (Algorithm 2): SGGMC's splitting with an adaptive friction ``ξ``.
 
     ``ξ ← ξ + (vᵀv/m − 1) ε/2`` accompanies each half flow A, and B uses
     ``exp(−ξ ε/2)``; ``C`` (``diffusion``) only sets the injected noise. ``m`` is the
-    dimension of the manifold: ``d − 1`` per sphere plus the unconstrained coordinates.
+    dimension of the manifold, ``layout.manifold_dim``: ``d − 1`` per sphere plus the
+    unconstrained coordinates.
+
+    Parameters
+    ----------
+    thermostat : scalar
+        ``ξ`` before the step.
+    diffusion : scalar
+        ``C``, which sets the injected noise ``N(0, 2(C − B̂)ε)``.
+    position, velocity, grad_logp, noise, step_size, noise_estimate, layout
+        As for :func:`sggmc_step`.
+
+    Returns
+    -------
+    position, velocity, thermostat : array
+        The state after the step.
     """
     half = 0.5 * step_size
+    m = float(max(layout.manifold_dim, 1))
+    x, v = _split(layout, position), _split(layout, velocity)
     # A, with ξ* ← ξ + (vᵀv/m − 1) ε/2 from the velocity before the flow (Alg. 2)
-    thermostat = thermostat + ((velocity * velocity).sum() / manifold_dim - 1.0) * half
-    position, velocity = flow_a(position, velocity, half, sphere_rows, euclidean)
+    thermostat = thermostat + (_squared_norm(v) / m - 1.0) * half
+    x, v = _flow(x, v, half)
     decay = _exp(-thermostat * half)
-    velocity = decay * velocity  # B
-    velocity = kick_o(
-        position, velocity, grad_logp, noise, step_size, diffusion, noise_estimate, sphere_rows
-    )  # O
-    velocity = decay * velocity  # B
+    v = _scale(decay, v)  # B
+    v = _kick(layout, x, v, grad_logp, noise, step_size, diffusion, noise_estimate)  # O
+    v = _scale(decay, v)  # B
     # A, with ξ ← ξ* + (v*ᵀv*/m − 1) ε/2 from the velocity entering the flow (Alg. 2)
-    thermostat = thermostat + ((velocity * velocity).sum() / manifold_dim - 1.0) * half
-    position, velocity = flow_a(position, velocity, half, sphere_rows, euclidean)
-    return position, velocity, thermostat
+    thermostat = thermostat + (_squared_norm(v) / m - 1.0) * half
+    x, v = _flow(x, v, half)
+    return _join(layout, x), _join(layout, v), thermostat
 
 
 def _exp(a: Array) -> Array:

@@ -6,45 +6,83 @@ from typing import Any, ClassVar
 
 import numpy as np
 from pymc.blocking import RaveledVars, StatsType
+from pymc.distributions.mixture import MixtureRV
 
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
+from pymc_sgmcmc.distributions.sphere import SphereUniformRV, VonMisesFisherRV
 from pymc_sgmcmc.dynamics.geodesic import gsgnht_step, project_velocity, sggmc_step
+from pymc_sgmcmc.manifolds.sphere import SphereLayout
 from pymc_sgmcmc.step_methods.base import StochasticGradientStep, check_positive
 from pymc_sgmcmc.step_methods.model_graph import is_sphere_valued
 
 
-def sphere_layout(model, vars, point) -> tuple[np.ndarray, np.ndarray]:
-    """Flat indices of the sphere rows (``K × d``) and of the unconstrained coordinates.
+def _mixes_sphere_distributions(rv) -> bool:
+    """Whether ``rv`` is a ``pm.Mixture`` whose components all lie on spheres."""
+    if rv.owner is None or not isinstance(rv.owner.op, MixtureRV):
+        return False
+    _, _, *components = rv.owner.inputs  # rng, weights, components
+    sphere_ops = (VonMisesFisherRV, SphereUniformRV)
+    return all(c.owner is not None and isinstance(c.owner.op, sphere_ops) for c in components)
+
+
+def sphere_layout(model, vars, point, sampler: str = "SGGMC") -> SphereLayout:
+    """Where the flat position of ``vars`` holds spheres and where the rest.
 
     The flat position joins ``vars`` raveled in order (as ``pm.sample`` does); a
     sphere-valued variable of shape ``(..., d)`` contributes ``prod(...)`` spheres.
+
+    Raises
+    ------
+    ValueError
+        For a layout the geodesic samplers cannot move on, naming the variables and the
+        fix: spheres of different dimensions in one sampler, a sphere-valued variable
+        without an embedding axis of length ``d >= 2``, or a mixture of distributions on
+        spheres whose value variable is not on the sphere.
     """
-    rows, euclidean = [], []
-    offset = 0
-    dims = set()
+    blocks: list[tuple[int, int | None]] = []
+    by_dim: dict[int, list[str]] = {}
     for var in vars:
         value = np.asarray(point[var.name])
-        idx = offset + np.arange(value.size)
-        if is_sphere_valued(model, var):
-            d = value.shape[-1]
-            dims.add(d)
-            rows.append(idx.reshape(-1, d))
-        else:
-            euclidean.append(idx)
-        offset += value.size
-    if len(dims) > 1:
-        raise ValueError(
-            f"All sphere-valued variables of one geodesic sampler must share their "
-            f"dimension, got {sorted(dims)}. Give each dimension its own sampler: "
-            "step=[pmsg.SGGMC(vars=[x3], ...), pmsg.SGGMC(vars=[x10], ...)]."
+        name = model.values_to_rvs[var].name
+        if not is_sphere_valued(model, var):
+            if _mixes_sphere_distributions(model.values_to_rvs[var]):
+                raise ValueError(
+                    f"{sampler}: {name!r} mixes distributions on a sphere, but its value "
+                    "variable has no sphere transform, so it would move through all of "
+                    f"R^{value.shape[-1]}, where its density is not normalised. Leave out "
+                    "default_transform= (or pass default_transform="
+                    "pmsg.distributions.sphere_transform) in pm.Mixture."
+                )
+            blocks.append((value.size, None))
+            continue
+        if value.ndim == 0 or value.shape[-1] < 2:
+            raise ValueError(
+                f"{sampler}: the sphere-valued variable {name!r} has shape {value.shape}, "
+                "but points of a sphere S^(d-1) need a last axis of length d >= 2 (the "
+                "embedding dimension). Give it shape (..., d) with d >= 2, or remove the "
+                "sphere transform from a variable that is not a direction."
+            )
+        by_dim.setdefault(value.shape[-1], []).append(name)
+        blocks.append((value.size, value.shape[-1]))
+    if len(by_dim) > 1:
+        found = ", ".join(f"d={d} for {names}" for d, names in sorted(by_dim.items()))
+        split = ", ".join(
+            f"pmsg.{sampler}(vars=[{', '.join(names)}], ...)" for _, names in sorted(by_dim.items())
         )
-    sphere_rows = np.concatenate(rows) if rows else np.zeros((0, 2), dtype=np.int64)
-    flat = np.concatenate(euclidean) if euclidean else np.zeros(0, dtype=np.int64)
-    return sphere_rows.astype(np.int64), flat.astype(np.int64)
+        raise ValueError(
+            f"{sampler}: all sphere-valued variables of one geodesic sampler must share "
+            f"their dimension, got {sorted(by_dim)} ({found}). Give each dimension its "
+            f"own sampler: step=[{split}]."
+        )
+    return SphereLayout.from_blocks(blocks)
 
 
 class GeodesicStep(StochasticGradientStep):
-    """Shared glue of the geodesic samplers: sphere layout, tangent velocity, statistics."""
+    """Shared glue of the geodesic samplers: sphere layout, tangent velocity, statistics.
+
+    The layout is fixed when the step method is created (a model it cannot sample is
+    refused there) and compiled into the trajectory as constants.
+    """
 
     supports_spheres: ClassVar[bool] = True
     _restart_note: ClassVar[str] = " with a fresh velocity"
@@ -54,49 +92,50 @@ class GeodesicStep(StochasticGradientStep):
     }
 
     def __init__(self, vars=None, **kwargs: Any) -> None:
-        self._layout = None
         super().__init__(vars, **kwargs)
-
-    @property
-    def layout(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(sphere_rows, euclidean)`` flat indices."""
-        if self._layout is None:
-            self._layout = sphere_layout(self._model, self.vars, self._initial_point)
-        return self._layout
-
-    @property
-    def manifold_dim(self) -> int:
-        """Dimension ``m`` of the manifold: ``d − 1`` per sphere plus the rest."""
-        rows, euclidean = self.layout
-        return int(rows.shape[0] * (rows.shape[1] - 1) + euclidean.size)
+        self.layout: SphereLayout = sphere_layout(
+            self._model, self.vars, self._initial_point, type(self).__name__
+        )
+        # Dimension m of the manifold: d − 1 per sphere plus the unconstrained coordinates.
+        self.manifold_dim: int = self.layout.manifold_dim
+        self._start_on_spheres: tuple[bytes, np.ndarray] | None = None
 
     def _on_spheres(self, position: np.ndarray) -> np.ndarray:
-        rows, _ = self.layout
+        """``position`` with every sphere's point scaled to norm one.
+
+        A zero vector has no direction: it starts at the first basis vector.
+        """
         position = np.array(position, dtype=self._dtype)
-        if rows.size:
-            x = position[rows]
-            norm = np.linalg.norm(x, axis=-1, keepdims=True)
-            # A zero vector has no direction: start it at the first basis vector.
-            basis = np.zeros_like(x)
-            basis[:, 0] = 1.0
-            position[rows] = np.where(norm > 0, x / np.where(norm > 0, norm, 1.0), basis)
-        return position
+        x, rest = self.layout.split(position)
+        if x is None:
+            return position
+        norm = np.linalg.norm(x, axis=-1, keepdims=True)
+        basis = np.zeros_like(x)
+        basis[..., 0] = 1.0
+        x = np.where(norm > 0, x / np.where(norm > 0, norm, 1.0), basis)
+        return self.layout.join(x, rest)
 
     def _fresh_auxiliary(self) -> list[np.ndarray]:
-        # Alg. 1: v* ~ N(0, I), v ← Λ(x) v*; projected again at the first trajectory,
-        # where the position is known.
+        # Alg. 1: v* ~ N(0, I), v ← Λ(x) v*; projected in astep, where x is known.
         return [self.rng.standard_normal(self.dim).astype(self._dtype)]
 
-    def _layout_parameters(self) -> dict[str, np.ndarray]:
-        rows, euclidean = self.layout
-        return {"sphere_rows": rows, "euclidean": euclidean}
-
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
-        """Keep the position on its spheres and the velocity tangent, then step."""
-        position = self._on_spheres(q0.data)
-        rows, _ = self.layout
-        self.auxiliary[0] = project_velocity(position, self.auxiliary[0], rows)
-        return super().astep(RaveledVars(position, q0.point_map_info))
+        """Put the position on its spheres and the velocity in its tangent space, then step.
+
+        Every trajectory ends exactly there (each flow retracts), so the work is skipped
+        when the chain continues from the last trajectory's end with its velocity.
+        """
+        position = q0.data
+        start = self._start_on_spheres
+        if start is None or start[1] is not self.auxiliary[0] or start[0] != position.tobytes():
+            position = self._on_spheres(position)
+            self.auxiliary[0] = project_velocity(position, self.auxiliary[0], self.layout)
+        q, stats = super().astep(RaveledVars(position, q0.point_map_info))
+        # A diverging trajectory restarts with a fresh velocity, which is not tangent.
+        self._start_on_spheres = (
+            None if stats[0]["diverging"] else (q.data.tobytes(), self.auxiliary[0])
+        )
+        return q, stats
 
     def _auxiliary_stats(self, auxiliary: list[np.ndarray]) -> dict[str, Any]:
         v = auxiliary[0]
@@ -156,21 +195,9 @@ class SGGMC(GeodesicStep):
         return {
             "friction": np.asarray(self.friction, dtype=self._dtype),
             "noise_estimate": np.asarray(self.noise_estimate, dtype=self._dtype),
-            **self._layout_parameters(),
         }
 
-    def _integrator_step(
-        self,
-        state,
-        grad_logp,
-        noise,
-        *,
-        step_size,
-        friction,
-        noise_estimate,
-        sphere_rows,
-        euclidean,
-    ):
+    def _integrator_step(self, state, grad_logp, noise, *, step_size, friction, noise_estimate):
         position, velocity = state
         return sggmc_step(
             position,
@@ -180,8 +207,7 @@ class SGGMC(GeodesicStep):
             step_size,
             friction,
             noise_estimate,
-            sphere_rows,
-            euclidean,
+            self.layout,
         )
 
 
@@ -238,8 +264,6 @@ class GSGNHT(GeodesicStep):
         return {
             "diffusion": np.asarray(self.diffusion, dtype=self._dtype),
             "noise_estimate": np.asarray(self.noise_estimate, dtype=self._dtype),
-            "manifold_dim": np.asarray(float(max(self.manifold_dim, 1)), dtype=self._dtype),
-            **self._layout_parameters(),
         }
 
     def _fresh_auxiliary(self) -> list[np.ndarray]:
@@ -248,19 +272,7 @@ class GSGNHT(GeodesicStep):
     def _auxiliary_stats(self, auxiliary: list[np.ndarray]) -> dict[str, Any]:
         return super()._auxiliary_stats(auxiliary) | {"thermostat": float(auxiliary[1])}
 
-    def _integrator_step(
-        self,
-        state,
-        grad_logp,
-        noise,
-        *,
-        step_size,
-        diffusion,
-        noise_estimate,
-        manifold_dim,
-        sphere_rows,
-        euclidean,
-    ):
+    def _integrator_step(self, state, grad_logp, noise, *, step_size, diffusion, noise_estimate):
         position, velocity, thermostat = state
         return gsgnht_step(
             position,
@@ -271,7 +283,5 @@ class GSGNHT(GeodesicStep):
             step_size,
             diffusion,
             noise_estimate,
-            sphere_rows,
-            euclidean,
-            manifold_dim,
+            self.layout,
         )
