@@ -8,10 +8,17 @@ from pymc_sgmcmc.adaptation.sample_size import SampleSizeRule
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
 from pymc_sgmcmc.distributions import SphereUniform, VonMisesFisher
-from pymc_sgmcmc.step_methods.em import HMCEM, SGHMCEM, SGNHTEM
-from pymc_sgmcmc.step_methods.geodesic import GSGNHT, SGGMC
-from pymc_sgmcmc.step_methods.hmc import HMC
-from pymc_sgmcmc.step_methods.samplers import SGHMC, SGLD, SGNHT
+from pymc_sgmcmc.pymc.samplers import (
+    GSGNHT,
+    HMC,
+    HMCEM,
+    SGGMC,
+    SGHMC,
+    SGHMCEM,
+    SGLD,
+    SGNHT,
+    SGNHTEM,
+)
 
 __version__ = "0.1.0"
 

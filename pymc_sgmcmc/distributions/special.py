@@ -45,6 +45,8 @@ from pytensor.gradient import disconnected_grad
 from pytensor.graph.basic import Variable
 from scipy import special
 
+from pymc_sgmcmc.dynamics.common import is_symbolic
+
 __all__ = ["log_sphere_area", "log_vmf_normaliser", "vmf_mean_resultant_length"]
 
 _LOG_2 = float(np.log(2.0))
@@ -112,8 +114,12 @@ _PYTENSOR = _Backend(
 
 
 def _backend(*args: Any) -> _Backend:
-    """Pick PyTensor when any argument is symbolic, NumPy otherwise."""
-    return _PYTENSOR if any(isinstance(a, Variable) for a in args) else _NUMPY
+    """Pick PyTensor when any argument is symbolic, NumPy otherwise.
+
+    The package's dispatcher decides; this table adds the special functions (``ive``,
+    ``gammaln``) that live in SciPy rather than NumPy.
+    """
+    return _PYTENSOR if is_symbolic(*args) else _NUMPY
 
 
 def _finish(xp: _Backend, value: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array, GradLogp
+from pymc_sgmcmc.dynamics.common import Array, GradLogp, namespace
 from pymc_sgmcmc.manifolds.sphere import (
     SphereLayout,
     geodesic_flow,
@@ -32,6 +32,28 @@ class Parts(NamedTuple):
 
     spheres: Array | None
     euclidean: Array | None
+
+
+def _decay(rate: Array, t: Array) -> Array:
+    """B: the factor ``exp(−rate t)`` of the friction flow."""
+    return namespace(rate, t).exp(-rate * t)
+
+
+def onto_spheres(position: Array, layout: SphereLayout) -> Array:
+    """``position`` with every sphere's point scaled to norm one.
+
+    A zero vector has no direction: it goes to the first basis vector. Unconstrained
+    coordinates pass unchanged. Works on NumPy arrays and PyTensor variables.
+    """
+    x, rest = layout.split(position)
+    if x is None:
+        return position
+    xp = namespace(x)
+    norm = xp.sqrt((x * x).sum(axis=-1, keepdims=True))
+    first_axis = np.zeros(layout.d)
+    first_axis[0] = 1.0
+    safe_norm = xp.where(norm > 0, norm, 1.0)
+    return layout.join(xp.where(norm > 0, x / safe_norm, first_axis), rest)
 
 
 def _split(layout: SphereLayout, flat: Array) -> Parts:
@@ -123,32 +145,6 @@ def project_velocity(position: Array, vector: Array, layout: SphereLayout) -> Ar
     return layout.join(None if gs is None else project_tangent(xs, gs), ge)
 
 
-def kick_o(
-    position: Array,
-    velocity: Array,
-    grad_logp: GradLogp,
-    noise: Array,
-    step_size: Array,
-    diffusion: Array,
-    noise_estimate: Array,
-    layout: SphereLayout,
-) -> Array:
-    """O: ``v ← v + Λ(x)[ε ∇log π̃(x) + N(0, 2(C − B̂)ε)]`` (Alg. 1, O step).
-
-    The slides write the noise as ``N(0, (2C − εV)ε)``; ``B̂ = εV/2`` is our
-    ``noise_estimate``, as in SGHMC. Arguments as for :func:`sggmc_step`, with
-    ``diffusion`` for ``C``.
-
-    Returns
-    -------
-    array
-        The flat velocity after the kick.
-    """
-    x, v = _split(layout, position), _split(layout, velocity)
-    v = _kick(layout, x, v, grad_logp, noise, step_size, diffusion, noise_estimate)
-    return _join(layout, v)
-
-
 def sggmc_step(
     position: Array,
     velocity: Array,
@@ -184,7 +180,7 @@ def sggmc_step(
         The flat state after the step.
     """
     half = 0.5 * step_size
-    decay = _exp(-friction * half)
+    decay = _decay(friction, half)
     x, v = _split(layout, position), _split(layout, velocity)
     x, v = _flow(x, v, half)  # A
     v = _scale(decay, v)  # B: v ← exp(−Cε/2) v
@@ -232,7 +228,7 @@ def gsgnht_step(
     # A, with ξ* ← ξ + (vᵀv/m − 1) ε/2 from the velocity before the flow (Alg. 2)
     thermostat = thermostat + (_squared_norm(v) / m - 1.0) * half
     x, v = _flow(x, v, half)
-    decay = _exp(-thermostat * half)
+    decay = _decay(thermostat, half)
     v = _scale(decay, v)  # B
     v = _kick(layout, x, v, grad_logp, noise, step_size, diffusion, noise_estimate)  # O
     v = _scale(decay, v)  # B
@@ -240,11 +236,3 @@ def gsgnht_step(
     thermostat = thermostat + (_squared_norm(v) / m - 1.0) * half
     x, v = _flow(x, v, half)
     return _join(layout, x), _join(layout, v), thermostat
-
-
-def _exp(a: Array) -> Array:
-    if isinstance(a, np.ndarray | float | np.floating):
-        return np.exp(a)
-    import pytensor.tensor as pt
-
-    return pt.exp(a)

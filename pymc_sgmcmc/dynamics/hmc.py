@@ -7,7 +7,7 @@ Huang, "sghmcmc: a Python package for stochastic gradient MCMC", Algorithm 1.
 
 from __future__ import annotations
 
-from pymc_sgmcmc.dynamics.common import Array, GradLogp, kinetic_energy, velocity
+from pymc_sgmcmc.dynamics.common import Array, GradLogp, velocity
 
 
 def leapfrog_step(
@@ -45,11 +45,6 @@ def leapfrog_step(
     # Alg. 1: p ← p + ε/2 ∇L(θ)
     new_momentum = half_momentum + 0.5 * step_size * new_gradient
     return new_position, new_momentum, new_gradient
-
-
-def hamiltonian(logp: Array, inv_mass: Array, momentum: Array) -> Array:
-    """``H(θ, p) = −L(θ) + pᵀ M⁻¹ p / 2`` (eq. 1)."""
-    return -logp + kinetic_energy(inv_mass, momentum)
 
 
 def metropolis_log_acceptance(energy_start: float, energy_end: float) -> float:

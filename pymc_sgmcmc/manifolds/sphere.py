@@ -16,16 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array
-
-
-def _xp(a):
-    # NumPy or PyTensor namespace for the few functions that are not operators.
-    if type(a).__module__.startswith("numpy"):
-        return np
-    import pytensor.tensor
-
-    return pytensor.tensor
+from pymc_sgmcmc.dynamics.common import Array, namespace
 
 
 def project_tangent(x: Array, g: Array) -> Array:
@@ -39,7 +30,7 @@ def geodesic_flow(x: Array, v: Array, t: Array) -> tuple[Array, Array]:
     ``x(t) = x cos(αt) + v/α sin(αt)``, ``v(t) = −α x sin(αt) + v cos(αt)`` with
     ``α = |v|``; ``v`` must be tangent at ``x``. At ``α = 0`` the point does not move.
     """
-    xp = _xp(x)
+    xp = namespace(x)
     alpha = xp.sqrt((v * v).sum(axis=-1, keepdims=True))
     cos, sin = xp.cos(alpha * t), xp.sin(alpha * t)
     # sin(αt)/α → t as α → 0; the guard keeps the division finite there.
@@ -56,7 +47,7 @@ def retract_to_sphere(x: Array, v: Array) -> tuple[Array, Array]:
     machine precision over any number of steps. ``Λ(x/|x|) v = v − x (xᵀv)/|x|²``, so both
     corrections come from the same two sums over the sphere's coordinates.
     """
-    xp = _xp(x)
+    xp = namespace(x)
     norm2 = (x * x).sum(axis=-1, keepdims=True)
     dot = (x * v).sum(axis=-1, keepdims=True)
     return x / xp.sqrt(norm2), v - x * (dot / norm2)
@@ -65,7 +56,7 @@ def retract_to_sphere(x: Array, v: Array) -> tuple[Array, Array]:
 def _concatenate(pieces: list[Array]) -> Array:
     if len(pieces) == 1:
         return pieces[0]
-    return _xp(pieces[0]).concatenate(pieces)
+    return namespace(pieces[0]).concatenate(pieces)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,51 @@
+"""The plain minibatch gradient estimator and the exact (full-data) target."""
+
+from __future__ import annotations
+
+import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import clone_replace
+
+from pymc_sgmcmc.kernels.base import Target
+from pymc_sgmcmc.pymc.model_graph import FlatLogp
+
+
+class MinibatchGradient:
+    """``∇log p̃_b(θ)``: the model's log density on minibatch ``b``, as PyMC scales it.
+
+    The log density comes from ``model.logp()`` with every ``pm.Minibatch`` replaced by a
+    placeholder (:class:`~pymc_sgmcmc.pymc.model_graph.FlatLogp`); :meth:`target` puts a
+    given set of rows in the placeholders' place.
+
+    Parameters
+    ----------
+    graph : FlatLogp
+        The model's log density in the flat position.
+    """
+
+    def __init__(self, graph: FlatLogp) -> None:
+        self.graph = graph
+        self.gradient = pt.grad(graph.logp, graph.position)
+        self.placeholders = [b for g in graph.groups for b in g.batches]
+
+    def target(self, batch: list[Variable]) -> Target:
+        """The target on ``batch`` (one array per placeholder, in the groups' order)."""
+        rows = dict(zip(self.placeholders, batch, strict=True))
+        position = self.graph.position
+
+        def logp(x: Variable) -> Variable:
+            return clone_replace(self.graph.logp, {position: x, **rows})
+
+        def grad(x: Variable) -> Variable:
+            return clone_replace(self.gradient, {position: x, **rows})
+
+        return Target(logp=logp, grad=grad)
+
+
+def exact_target(logp: Variable, position: Variable) -> Target:
+    """The target of a log density graph with no minibatch in it (e.g. the full data)."""
+    gradient = pt.grad(logp, position)
+    return Target(
+        logp=lambda x: clone_replace(logp, {position: x}),
+        grad=lambda x: clone_replace(gradient, {position: x}),
+    )

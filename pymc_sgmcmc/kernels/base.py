@@ -1,0 +1,160 @@
+"""What a kernel is: the pure description of one sampler, with no PyMC in it.
+
+A kernel says what a sampler's state is, how a chain starts, what happens at the start
+of a trajectory, what one integrator step does, and (optionally) the energy whose change
+a Metropolis–Hastings test judges. The PyMC glue (:mod:`pymc_sgmcmc.pymc`) runs
+``n_steps`` of :attr:`Kernel.step` inside one compiled call; it never needs to know which
+sampler it runs.
+
+States and parameters are ``NamedTuple`` s whose leaves are arrays; the glue turns each
+array leaf into a named input of the compiled trajectory (:func:`tree_flatten`). Leaves
+that are not numbers (a sphere layout, a metric function) are static: they are
+compiled into the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from numbers import Number
+from typing import Any, NamedTuple
+
+import numpy as np
+from pytensor.graph.basic import Variable
+
+from pymc_sgmcmc.dynamics.common import Array
+
+
+class Target(NamedTuple):
+    """The log density a step moves on, as functions of the position.
+
+    In the compiled trajectory both evaluate the model on the current step's minibatch
+    (scaled to the full data by ``total_size``), or on all the data for an exact target.
+
+    Attributes
+    ----------
+    logp : callable
+        ``θ ↦ log p̃(θ)``, a scalar.
+    grad : callable
+        ``θ ↦ ∇log p̃(θ)``, a vector like ``θ``.
+    """
+
+    logp: Callable[[Array], Array]
+    grad: Callable[[Array], Array]
+
+
+State = Any
+"""A kernel's state: a ``NamedTuple`` whose first field is ``position``."""
+
+Params = Any
+"""A kernel's parameters: a ``NamedTuple`` whose first field is ``step_size``."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One sampler family's update rule and what surrounds it.
+
+    Attributes
+    ----------
+    name : str
+        Short name, e.g. ``"sghmc"``.
+    state_type, params_type : type
+        ``NamedTuple`` types. The state's first field is ``position``; the parameters'
+        first field is ``step_size``. A parameter field ``metric`` receives the sampler's
+        metric and a field ``layout`` the sphere layout of the sampled variables.
+    init : callable
+        ``(position, normal, params) -> state``, with NumPy: the state of a new chain (or
+        of a chain restarted after a divergence) at ``position``; ``normal`` is a standard
+        normal vector like the position, for a fresh momentum.
+    step : callable
+        ``(state, target, noise, params) -> state``, symbolic: one integrator step;
+        ``noise`` is a standard normal vector like the position (``None`` when
+        ``step_noise`` is false).
+    refresh : callable, optional
+        ``(state, normal, params) -> state``, symbolic: resample the momentum (and what
+        goes with it) at the start of a trajectory. The glue applies it when the sampler
+        resamples every trajectory, and after a change of the metric.
+    prepare : callable, optional
+        ``(state, target, params) -> state``, symbolic: complete the state at the start
+        of every trajectory (e.g. the gradient a leapfrog step carries, a point put back
+        on its spheres). When it calls the target with per-step minibatches, it gets rows
+        of its own.
+    energy : callable, optional
+        ``(state, target, params) -> scalar``, symbolic: the Hamiltonian. Its presence
+        makes the glue run a Metropolis–Hastings test with the full-data target.
+    stats : callable
+        ``(state, params) -> dict`` of per-draw statistics, with NumPy.
+    stats_dtypes : dict
+        ``name -> (dtype, shape)`` of those statistics.
+    step_noise : bool
+        Whether :attr:`step` takes a standard normal draw per step.
+    gradient_at_end : bool
+        Whether the last gradient :attr:`step` evaluates is at the position it returns
+        (then the glue hands it to adapters for free).
+    supports_spheres : bool
+        Whether the kernel keeps sphere-valued variables on their spheres.
+    """
+
+    name: str
+    state_type: type
+    params_type: type
+    init: Callable[..., State]
+    step: Callable[..., State]
+    refresh: Callable[..., State] | None = None
+    prepare: Callable[..., State] | None = None
+    energy: Callable[..., Array] | None = None
+    stats: Callable[..., dict[str, Any]] = lambda state, params: {}
+    stats_dtypes: dict[str, tuple[Any, list]] = field(default_factory=dict)
+    step_noise: bool = True
+    gradient_at_end: bool = False
+    supports_spheres: bool = False
+
+    def __post_init__(self) -> None:
+        if self.state_type._fields[0] != "position":
+            raise TypeError(f"{self.name}: the state's first field must be 'position'.")
+        if self.params_type._fields[0] != "step_size":
+            raise TypeError(f"{self.name}: the parameters' first field must be 'step_size'.")
+
+    @property
+    def resamples(self) -> tuple[str, ...]:
+        """Fields of the state other than the position (what a restart draws afresh)."""
+        return self.state_type._fields[1:]
+
+
+# -- trees of NamedTuples --------------------------------------------------------------------
+#
+# A small version of JAX's pytrees, for NamedTuples of arrays: enough to turn a kernel's
+# state and parameters into named inputs of a compiled function and back.
+
+
+def is_leaf_dynamic(value: Any) -> bool:
+    """Whether a leaf is data (an input of the compiled call) rather than static."""
+    if isinstance(value, bool | np.bool_):
+        return False
+    return isinstance(value, np.ndarray | np.generic | Number | Variable)
+
+
+def _is_node(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
+def tree_flatten(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """The dynamic leaves of a tree of NamedTuples as ``(dotted path, leaf)`` pairs."""
+    if _is_node(tree):
+        leaves = []
+        for name, value in zip(tree._fields, tree, strict=True):
+            leaves += tree_flatten(value, f"{prefix}.{name}" if prefix else name)
+        return leaves
+    return [(prefix, tree)] if is_leaf_dynamic(tree) else []
+
+
+def tree_replace(tree: Any, leaves: dict[str, Any], prefix: str = "") -> Any:
+    """``tree`` with the dynamic leaves at the given dotted paths replaced."""
+    if _is_node(tree):
+        return type(tree)(
+            *(
+                tree_replace(value, leaves, f"{prefix}.{name}" if prefix else name)
+                for name, value in zip(tree._fields, tree, strict=True)
+            )
+        )
+    return leaves.get(prefix, tree) if is_leaf_dynamic(tree) else tree

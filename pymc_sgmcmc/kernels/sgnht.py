@@ -1,0 +1,88 @@
+"""Kernel of the stochastic gradient Nosé–Hoover thermostat (SGNHT).
+
+Roychowdhury and Parthasarathy, "Adaptive Bayesian Sampling with Monte Carlo EM",
+Algorithm 2 without its M step; the update rule is
+:func:`pymc_sgmcmc.dynamics.sgnht.sgnht_step`. Momentum and thermostat carry over from
+one draw to the next; a chain starts from ``p ~ N(0, M)`` and ``ξ = A``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_sgmcmc.dynamics.common import Array
+from pymc_sgmcmc.dynamics.sgnht import sgnht_step
+from pymc_sgmcmc.kernels.base import Kernel, Target
+from pymc_sgmcmc.metrics.euclidean import EuclideanMetric
+from pymc_sgmcmc.validation import check_positive
+
+
+class SGNHTState(NamedTuple):
+    """SGNHT's state: position ``θ``, momentum ``p`` and thermostat ``ξ``."""
+
+    position: Array
+    momentum: Array
+    thermostat: Array
+
+
+class SGNHTParams(NamedTuple):
+    """SGNHT's parameters: ``ε``, the diffusion ``A`` and the mass ``M``."""
+
+    step_size: Array
+    diffusion: Array
+    metric: EuclideanMetric
+
+
+def parameters(diffusion: float = 1.0) -> dict:
+    """Validated ``diffusion`` (``A > 0``)."""
+    fix = "Pass the diffusion A > 0 of SGNHT, e.g. diffusion=1.0."
+    return {"diffusion": check_positive("diffusion", diffusion, fix)}
+
+
+def init(position: Array, normal: Array, params: SGNHTParams) -> SGNHTState:
+    """A chain at ``position`` with ``p ~ N(0, M)`` and ``ξ = A``."""
+    momentum = params.metric.momentum(position, normal)
+    return SGNHTState(position, momentum, np.array(params.diffusion, dtype=momentum.dtype))
+
+
+def refresh(state: SGNHTState, normal: Array, params: SGNHTParams) -> SGNHTState:
+    """A fresh momentum ``p ~ N(0, M)`` (after the mass changed); ``ξ`` carries on."""
+    return state._replace(momentum=params.metric.momentum(state.position, normal))
+
+
+def step(state: SGNHTState, target: Target, noise: Array, params: SGNHTParams) -> SGNHTState:
+    """One step of Algorithm 2's inner loop."""
+    metric = params.metric
+    return SGNHTState(
+        *sgnht_step(
+            state.position,
+            state.momentum,
+            state.thermostat,
+            target.grad,
+            metric.momentum(state.position, noise),  # ξ_M ~ N(0, M)
+            params.step_size,
+            metric.inverse,
+            params.diffusion,
+        )
+    )
+
+
+def stats(state: SGNHTState, params: SGNHTParams) -> dict:
+    """Kinetic temperature ``pᵀM⁻¹p / D`` and thermostat ``ξ``."""
+    temperature = params.metric.kinetic_temperature(state.position, state.momentum)
+    return {"kinetic_temperature": float(temperature), "thermostat": float(state.thermostat)}
+
+
+KERNEL = Kernel(
+    name="sgnht",
+    state_type=SGNHTState,
+    params_type=SGNHTParams,
+    init=init,
+    refresh=refresh,
+    step=step,
+    stats=stats,
+    stats_dtypes={"kinetic_temperature": (np.float64, []), "thermostat": (np.float64, [])},
+    gradient_at_end=True,
+)

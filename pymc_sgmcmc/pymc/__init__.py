@@ -1,0 +1,29 @@
+"""Everything that touches PyMC: model-graph rewrites, the generic step, the samplers."""
+
+from pymc_sgmcmc.pymc.samplers import (
+    GSGNHT,
+    HMC,
+    HMCEM,
+    SAMPLERS,
+    SGGMC,
+    SGHMC,
+    SGHMCEM,
+    SGLD,
+    SGNHT,
+    SGNHTEM,
+)
+from pymc_sgmcmc.pymc.step import StochasticGradientStep
+
+__all__ = [
+    "GSGNHT",
+    "HMC",
+    "HMCEM",
+    "SAMPLERS",
+    "SGGMC",
+    "SGHMC",
+    "SGHMCEM",
+    "SGLD",
+    "SGNHT",
+    "SGNHTEM",
+    "StochasticGradientStep",
+]

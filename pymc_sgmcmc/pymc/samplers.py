@@ -1,0 +1,483 @@
+"""The public samplers: a signature, a docstring, a kernel and adapters each.
+
+Everything they share (compilation, randomness, restarts, statistics, the Metropolis test,
+adaptation) is :class:`~pymc_sgmcmc.pymc.step.StochasticGradientStep`; their mathematics
+is in :mod:`pymc_sgmcmc.kernels`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from pymc_sgmcmc.adaptation.em import MassEM
+from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
+from pymc_sgmcmc.kernels import geodesic, hmc, sghmc, sgld, sgnht
+from pymc_sgmcmc.pymc.step import StochasticGradientStep
+
+COMMON_PARAMETERS_DOC = """
+    Other Parameters
+    ----------------
+    step_size : float or schedule
+        ``ε``: a positive number, or a schedule such as
+        :class:`pymc_sgmcmc.PolynomialDecay` (``ε_t = a (b + t)^(−γ)``).
+    n_steps : int, default 10
+        Integrator steps per draw; one draw costs ``n_steps`` gradients, all run in one
+        compiled call.
+    minibatch : {"step", "trajectory"}, default "step"
+        With ``pm.Minibatch`` data: draw fresh rows for every gradient ("step", the
+        seeds' choice, whose gradient noise is independent from step to step as the
+        dynamics assume), or one set of rows for the whole trajectory ("trajectory").
+        Without ``pm.Minibatch`` every gradient uses the full data.
+    vars : list, optional
+        Variables to sample; by default all continuous free variables.
+    model : pymc.Model, optional
+    rng : RandomGenerator, optional
+        Replaced by the chain's generator when ``pm.sample`` starts each chain.
+    initial_point : dict, optional
+        A point of the model, for shapes; the model's initial point by default.
+    compile_kwargs : dict, optional
+        Passed to ``pytensor.function`` (e.g. ``{"mode": "JAX"}``).
+"""
+
+EM_PARAMETERS_DOC = """
+    Monte Carlo EM parameters
+    -------------------------
+    mass_structure : {"diag", "dense"}, default "diag"
+        Structure of the learned mass. (``mass="diag"`` is the deprecated spelling.)
+    mass_estimator : {"position", "momentum"}, default "position"
+        ``M_I^est`` of the M step: the covariance of the stored positions, or (the
+        paper's) the inverse covariance of the stored momenta. See ``docs/em.md`` for
+        the measurement behind the default.
+    initial_mass : float or array, optional
+        Mass of the first E step (identity by default), as ``mass`` of the fixed-mass
+        sampler.
+    sample_size : int, default 100
+        ``S_count`` of the first E step (iterations, i.e. draws, per M step).
+    adaptive_sample_size : bool, default True
+        Grow ``S`` by §3.2's rule; False keeps it fixed.
+    sample_size_rule : SampleSizeRule, optional
+        Constants of that rule (``α``, ``S_I``, ceiling).
+    offsets : {"poisson", "fixed"}, default "poisson"
+        Iterations at which the test function is evaluated: ``x_i − 1 ~ Poisson(ν i^d)``
+        gaps, or ``n_subsamples`` evenly spread ones.
+    offset_nu, offset_d : float, default 1.0, 0.5
+        ``ν`` and ``d`` of the Poisson offsets.
+    n_subsamples : int, default 30
+        Number of fixed offsets.
+    kappa_exponent : float, default 0.7
+        ``κ_k = k^(−exponent)`` in eq. 5; must lie in (0.5, 1].
+    adapt_during_sampling : bool, default False
+        Keep learning after tuning (the paper's setting). By default the mass is frozen
+        when tuning ends, so the draws come from a fixed Markov kernel.
+
+    Statistics
+    ----------
+    Besides the fixed-mass sampler's: ``mass_updates`` (M steps taken), ``e_step_size``
+    (the current ``S``), ``mass_condition`` (condition number of ``M⁻¹``) and
+    ``mass_rejections`` (M steps refused by the stiffness check).
+"""
+
+EM_OPTIONS = (
+    "mass_estimator",
+    "initial_mass",
+    "sample_size",
+    "adaptive_sample_size",
+    "sample_size_rule",
+    "offsets",
+    "offset_nu",
+    "offset_d",
+    "n_subsamples",
+    "kappa_exponent",
+    "adapt_during_sampling",
+)
+
+_NOT_GIVEN = object()
+
+
+class SGLD(StochasticGradientStep):
+    """Stochastic gradient Langevin dynamics.
+
+    ``θ ← θ + ε ∇log p̃(θ) + N(0, 2ε)`` (Bhardwaj, Khatri and Gupta, "Online MCMC based
+    Bayesian inference", §2.2, with the noise variance that makes Langevin dynamics
+    exact as ``ε → 0``). Each draw is the position after ``n_steps`` such steps.
+
+    Statistics
+    ----------
+    ``step_size``, ``n_steps``, ``minibatch_logp`` (log density at the draw on the last
+    step's rows), ``diverging``, ``divergences``.
+    """
+
+    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    name = "sgld"
+    kernel = sgld.KERNEL
+
+    def __init__(
+        self, vars=None, *, step_size: float | StepSizeSchedule, n_steps: int = 10, **kwargs: Any
+    ) -> None:
+        super().__init__(
+            vars, step_size=step_size, n_steps=n_steps, kernel_params=sgld.parameters(), **kwargs
+        )
+
+
+class SGHMC(StochasticGradientStep):
+    """Stochastic gradient Hamiltonian Monte Carlo with friction.
+
+    Jiang and Huang, "sghmcmc: a Python package for stochastic gradient MCMC",
+    Algorithm 2 (Chen, Fox and Guestrin's SGHMC)::
+
+        θ ← θ + ε M⁻¹ r
+        r ← r + ε ∇log p̃(θ) − ε C M⁻¹ r + N(0, 2(C − B̂) ε)
+
+    without a Metropolis correction (it would need the full data). With a mass other
+    than the identity, friction and noise estimate act in its metric (``C = c M``,
+    ``B̂ = b M``: ``r ← r + ε∇log p̃ − εc r + N(0, 2(c − b)εM)``), see
+    :mod:`pymc_sgmcmc.dynamics.sghmc`.
+
+    Parameters
+    ----------
+    friction : float, default 1.0
+        ``C > 0``, the friction that absorbs the minibatch gradient noise.
+    noise_estimate : float, default 0.0
+        ``B̂``, an estimate of the gradient-noise covariance ``ε V/2``;
+        ``0 ≤ B̂ ≤ C``. The injected noise has variance ``2(C − B̂)ε``.
+    mass : float, array, optional
+        ``M``: identity by default; a positive number, a positive vector (diagonal) or
+        a positive-definite matrix, in the order of the raveled sampled variables.
+    resample_momentum : bool, default True
+        Draw ``r ~ N(0, M)`` at the start of every trajectory (Algorithm 2's optional
+        step); with False the momentum carries over between draws.
+
+    Statistics
+    ----------
+    SGLD's, and ``kinetic_temperature`` (``rᵀM⁻¹r / D`` at the end of the trajectory).
+    """
+
+    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    name = "sghmc"
+    kernel = sghmc.KERNEL
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule,
+        n_steps: int = 10,
+        friction: float = 1.0,
+        noise_estimate: float = 0.0,
+        mass=None,
+        resample_momentum: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.resample_momentum = bool(resample_momentum)
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=sghmc.parameters(friction=friction, noise_estimate=noise_estimate),
+            mass=mass,
+            refresh_every_trajectory=self.resample_momentum,
+            **kwargs,
+        )
+
+
+class SGNHT(StochasticGradientStep):
+    """Stochastic gradient Nosé–Hoover thermostat.
+
+    Roychowdhury and Parthasarathy, "Adaptive Bayesian Sampling with Monte Carlo EM",
+    Algorithm 2 without the M step (Ding et al.'s SGNHT with a mass matrix)::
+
+        θ ← θ + ε M⁻¹ p
+        p ← p − ε ξ M⁻¹ p + ε ∇log p̃(θ) + √(2A) N(0, ε)
+        ξ ← ξ + ε (pᵀ M⁻¹ p / D − 1)
+
+    With a mass other than the identity, friction and noise act in its metric
+    (``−εξp`` and ``N(0, 2AεM)``), see :mod:`pymc_sgmcmc.dynamics.sgnht`.
+
+    The thermostat ``ξ`` absorbs the unknown gradient noise; momentum and thermostat
+    carry over from one draw to the next. A chain starts from ``p ~ N(0, M)`` and
+    ``ξ = A``.
+
+    Parameters
+    ----------
+    diffusion : float, default 1.0
+        ``A > 0``, the injected noise intensity.
+    mass : float, array, optional
+        ``M``, as for :class:`SGHMC`.
+
+    Statistics
+    ----------
+    SGLD's, ``kinetic_temperature`` (``pᵀM⁻¹p / D``) and ``thermostat`` (``ξ``).
+    """
+
+    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    name = "sgnht"
+    kernel = sgnht.KERNEL
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule,
+        n_steps: int = 10,
+        diffusion: float = 1.0,
+        mass=None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=sgnht.parameters(diffusion=diffusion),
+            mass=mass,
+            **kwargs,
+        )
+
+
+class HMC(StochasticGradientStep):
+    """Hamiltonian Monte Carlo with a fixed mass.
+
+    Roychowdhury and Parthasarathy, "Adaptive Bayesian Sampling with Monte Carlo EM",
+    Algorithm 1 without its M step: ``p ~ N(0, M)``, ``n_steps`` leapfrog steps, then a
+    Metropolis–Hastings test on ``H(θ, p) = −L(θ) + pᵀM⁻¹p/2`` with the **full-data** log
+    density, also when the model's gradient is minibatched (then the leapfrog steps use
+    minibatch gradients and the test corrects for them, at the cost of a pass over the
+    data per draw).
+
+    Parameters
+    ----------
+    mass : float, array, optional
+        ``M``: identity by default; a positive number, a positive vector (diagonal) or a
+        positive-definite matrix, in the order of the raveled sampled variables.
+    step_jitter : float, default 0.15
+        Each trajectory's step size is drawn uniformly from
+        ``step_size × [1 − step_jitter, 1 + step_jitter]``, as PyMC's own HMC does. A
+        fixed trajectory length can resonate with the target (on a Gaussian whitened by
+        a learned mass every direction has one period, and a trajectory of exactly one
+        period returns to its start); the jitter breaks that. ``0`` turns it off.
+
+    Statistics
+    ----------
+    SGLD's, ``kinetic_temperature``, ``accept`` (``min(1, exp(−ΔH))``), ``accepted``,
+    ``energy_error`` (``ΔH``) and ``model_logp`` (full-data log density at the draw,
+    PyMC's ``lp``).
+    """
+
+    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    name = "hmc"
+    kernel = hmc.KERNEL
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule,
+        n_steps: int = 10,
+        mass=None,
+        step_jitter: float = 0.15,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=hmc.parameters(),
+            mass=mass,
+            refresh_every_trajectory=True,
+            step_jitter=step_jitter,
+            **kwargs,
+        )
+
+
+def mass_em_from_kwargs(kwargs: dict[str, Any], sampler: str) -> tuple[MassEM, dict[str, Any]]:
+    """Split an EM sampler's keyword arguments into its :class:`MassEM` and the rest.
+
+    ``mass`` was the name of the learned structure before ``mass_structure``; a string
+    there still works, with a ``DeprecationWarning``.
+    """
+    kwargs = dict(kwargs)
+    structure = kwargs.pop("mass_structure", "diag")
+    mass = kwargs.pop("mass", _NOT_GIVEN)
+    if mass is not _NOT_GIVEN:
+        if mass is not None and not isinstance(mass, str):
+            raise TypeError(
+                f"{sampler} learns its mass: pass the starting mass as initial_mass= and its "
+                "structure as mass_structure='diag' or 'dense'."
+            )
+        warnings.warn(
+            f"{sampler}(mass=...) is deprecated: the learned structure is now "
+            "mass_structure=, and mass= keeps its meaning of a mass matrix elsewhere.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        structure = mass
+    options = {key: kwargs.pop(key) for key in EM_OPTIONS if key in kwargs}
+    options["estimator"] = options.pop("mass_estimator", "position")
+    return MassEM(structure=structure, **options), kwargs
+
+
+class HMCEM(HMC):
+    """HMC-EM: HMC whose mass is learned by Monte Carlo EM (Algorithm 1).
+
+    Roychowdhury and Parthasarathy, "Adaptive Bayesian Sampling with Monte Carlo EM". The
+    E step is :class:`HMC` (full-data Metropolis–Hastings test) with the mass held fixed;
+    one sample is stored per iteration, after the test; every ``S`` iterations the M step
+    updates ``M⁻¹`` by eq. 5 (:class:`~pymc_sgmcmc.adaptation.em.MassEM`). ``step_size``,
+    ``n_steps``, ``step_jitter`` and the rest are :class:`HMC`'s.
+    """
+
+    __doc__ = (__doc__ or "") + EM_PARAMETERS_DOC
+    name = "hmc_em"
+    mass_adapter_class = MassEM
+
+    def __init__(self, vars=None, **kwargs: Any) -> None:
+        adapter, kwargs = mass_em_from_kwargs(kwargs, type(self).__name__)
+        super().__init__(vars, mass_adapter=adapter, **kwargs)
+
+
+class SGHMCEM(SGHMC):
+    """SGHMC-EM: SGHMC whose mass is learned by Monte Carlo EM.
+
+    SGHMC's dynamics in the E step of Algorithm 2's loop; the momentum at the end of each
+    trajectory (before the next draw resamples it) is the stored sample. See
+    :class:`SGHMC` for the sampler's parameters.
+    """
+
+    __doc__ = (__doc__ or "") + EM_PARAMETERS_DOC
+    name = "sghmc_em"
+    mass_adapter_class = MassEM
+
+    def __init__(self, vars=None, **kwargs: Any) -> None:
+        adapter, kwargs = mass_em_from_kwargs(kwargs, type(self).__name__)
+        super().__init__(vars, mass_adapter=adapter, **kwargs)
+
+
+class SGNHTEM(SGNHT):
+    """SGNHT-EM: SGNHT whose mass is learned by Monte Carlo EM (Algorithm 2).
+
+    The test function of the E-step size rule is ``[M⁻¹p, ∇L(θ) + ξM⁻¹p, pᵀM⁻¹p]``.
+    See :class:`SGNHT` for the sampler's parameters.
+    """
+
+    __doc__ = (__doc__ or "") + EM_PARAMETERS_DOC
+    name = "sgnht_em"
+    mass_adapter_class = MassEM
+
+    def __init__(self, vars=None, **kwargs: Any) -> None:
+        adapter, kwargs = mass_em_from_kwargs(kwargs, type(self).__name__)
+        super().__init__(vars, mass_adapter=adapter, **kwargs)
+
+
+class SGGMC(StochasticGradientStep):
+    """Stochastic gradient geodesic Monte Carlo.
+
+    Liu, Zhu and Song, "Stochastic Gradient Geodesic MCMC Methods", Algorithm 1 (scalar
+    ``C``): each of ``n_steps`` steps is A(ε/2) B(ε/2) O(ε) B(ε/2) A(ε/2) with the exact
+    geodesic flow on the spheres (A), friction ``v ← e^(−Cε/2) v`` (B) and the projected
+    stochastic-gradient kick ``v ← v + Λ(x)[ε∇log π̃ + N(0, 2(C − B̂)ε)]`` (O). Sphere-valued
+    variables (``pmsg.VonMisesFisher``, ``pmsg.SphereUniform``) move on their spheres in
+    embedded coordinates; other continuous variables follow the same splitting on
+    straight lines. The velocity carries over between draws.
+
+    Parameters
+    ----------
+    step_size : float or schedule
+        ``ε``.
+    n_steps : int, default 10
+        Integrator steps per draw.
+    friction : float, default 1.0
+        ``C > 0``.
+    noise_estimate : float, default 0.0
+        ``B̂ = εV/2`` (the slides' ``V`` term), ``0 ≤ B̂ ≤ C``.
+    **kwargs
+        ``minibatch``, ``vars``, ``model``, ``compile_kwargs`` as for :class:`SGHMC`.
+
+    Statistics
+    ----------
+    SGLD's, and ``kinetic_temperature`` (``vᵀv / m`` with ``m`` the manifold's
+    dimension).
+    """
+
+    name = "sggmc"
+    kernel = geodesic.SGGMC
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule,
+        n_steps: int = 10,
+        friction: float = 1.0,
+        noise_estimate: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=geodesic.sggmc_parameters(friction, noise_estimate),
+            **kwargs,
+        )
+
+
+class GSGNHT(StochasticGradientStep):
+    """Geodesic stochastic gradient Nosé–Hoover thermostat.
+
+    Liu, Zhu and Song, "Stochastic Gradient Geodesic MCMC Methods", Algorithm 2 (scalar
+    ``C``): SGGMC's ABOBO splitting with the friction replaced by a thermostat ``ξ`` that
+    follows ``ξ ← ξ + (vᵀv/m − 1) ε/2`` at each half flow. ``C`` (``diffusion``, as
+    ``A`` of :class:`SGNHT`: the injected noise) sets the injected noise and the
+    thermostat's start, ``ξ = C``.
+
+    Parameters
+    ----------
+    step_size : float or schedule
+        ``ε``.
+    n_steps : int, default 10
+        Integrator steps per draw.
+    diffusion : float, default 1.0
+        ``C > 0``.
+    noise_estimate : float, default 0.0
+        ``B̂ = εV/2``, ``0 ≤ B̂ ≤ C``.
+    **kwargs
+        ``minibatch``, ``vars``, ``model``, ``compile_kwargs`` as for :class:`SGHMC`.
+
+    Statistics
+    ----------
+    SGGMC's, and ``thermostat`` (``ξ``).
+    """
+
+    name = "gsgnht"
+    kernel = geodesic.GSGNHT
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule,
+        n_steps: int = 10,
+        diffusion: float = 1.0,
+        noise_estimate: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=geodesic.gsgnht_parameters(diffusion, noise_estimate),
+            **kwargs,
+        )
+
+
+SAMPLERS: tuple[type[StochasticGradientStep], ...] = (
+    SGLD,
+    SGHMC,
+    SGNHT,
+    HMC,
+    HMCEM,
+    SGHMCEM,
+    SGNHTEM,
+    SGGMC,
+    GSGNHT,
+)
+"""Every public sampler: the conformance tests run on each."""

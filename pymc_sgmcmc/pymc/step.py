@@ -1,0 +1,574 @@
+"""The one PyMC step method every sampler of the package is.
+
+:class:`StochasticGradientStep` runs a kernel (:mod:`pymc_sgmcmc.kernels`) inside
+``pm.sample``: it turns the model into a flat log density with its minibatches cut out,
+compiles ``n_steps`` kernel steps into one function (:mod:`pymc_sgmcmc.pymc.trajectory`)
+once per step method, draws all per-iteration randomness (normal noise, minibatch rows)
+from the chain's generator, runs a Metropolis–Hastings test where the kernel has an
+energy, restarts from the last finite state when a trajectory blows up, reports
+statistics and calls its adapters (step size, mass). A public sampler is a subclass that
+names its kernel and passes its parameters; it overrides nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, ClassVar
+
+import numpy as np
+from pymc.blocking import RaveledVars, StatsType
+from pymc.exceptions import SamplingError
+from pymc.model import modelcontext
+from pymc.pytensorf import reseed_rngs
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence, StepMethodState
+from pymc.step_methods.state import dataclass_state
+from pymc.util import get_value_vars_from_user_vars
+from pymc.vartypes import continuous_types
+from pytensor.tensor.variable import TensorVariable
+from rich.progress import TextColumn
+from rich.table import Column
+
+from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
+from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
+from pymc_sgmcmc.adaptation.step_size import StepSizeAdapter
+from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
+from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
+from pymc_sgmcmc.metrics.euclidean import euclidean_metric
+from pymc_sgmcmc.pymc.model_graph import FlatLogp, flat_logp, full_data_logp, is_sphere_valued
+from pymc_sgmcmc.pymc.spheres import sphere_layout
+from pymc_sgmcmc.pymc.trajectory import (
+    ROWS,
+    CompiledTrajectory,
+    build_trajectory,
+    compile_trajectory,
+)
+from pymc_sgmcmc.validation import check_choice
+
+MINIBATCH_MODES = tuple(ROWS)
+
+MAX_ENERGY_ERROR = 1000.0
+"""An energy error above this flags the trajectory as divergent (PyMC's ``Emax``)."""
+
+GENERIC_STATS: dict[str, tuple[Any, list]] = {
+    "step_size": (np.float64, []),
+    "n_steps": (np.int64, []),
+    "minibatch_logp": (np.float64, []),
+    "diverging": (bool, []),
+    "divergences": (np.int64, []),
+}
+"""Statistics of every sampler."""
+
+METROPOLIS_STATS: dict[str, tuple[Any, list]] = {
+    "accept": (np.float64, []),
+    "accepted": (bool, []),
+    "energy_error": (np.float64, []),
+    "model_logp": (np.float64, []),
+}
+"""Statistics of a sampler whose kernel has an energy (a Metropolis–Hastings test)."""
+
+
+@dataclass_state
+class StochasticGradientState(StepMethodState):
+    """What a chain needs to resume exactly where it stopped."""
+
+    iteration: int
+    tune: bool
+    kernel_state: Any
+    refresh_pending: bool
+    divergences: int
+    consecutive_divergences: int
+    position_gradient: Any
+    step_size_adapter: Any
+    mass_adapter: Any
+
+
+class StochasticGradientStep(ArrayStepShared):
+    """A PyMC step method that runs a kernel: one compiled call per draw.
+
+    Subclasses set :attr:`kernel` (and :attr:`mass_adapter_class` when they learn the
+    mass) and pass the kernel's parameters to ``__init__``; nothing is overridden.
+
+    Parameters
+    ----------
+    vars : list, optional
+        Variables to sample; by default all continuous free variables.
+    step_size : float or schedule
+        ``ε``: a positive number, or a schedule such as :class:`pymc_sgmcmc.PolynomialDecay`.
+    n_steps : int
+        Integrator steps per draw, all run in one compiled call.
+    minibatch : {"step", "trajectory"}
+        With ``pm.Minibatch`` data: fresh rows for every gradient, or one set per draw.
+    kernel_params : dict
+        The kernel's parameters besides ``step_size``, ``metric`` and ``layout``.
+    mass : float, array, optional
+        The mass ``M`` of a kernel with a ``metric`` parameter (identity by default).
+    mass_adapter : Adapter, optional
+        An adapter that owns (and learns) the metric instead, e.g.
+        :class:`~pymc_sgmcmc.adaptation.em.MassEM`.
+    refresh_every_trajectory : bool
+        Apply the kernel's ``refresh`` (fresh momentum) at the start of every trajectory.
+    step_jitter : float
+        Relative spread of the per-trajectory step size (0: none).
+    model, blocked, rng, initial_point
+        As for PyMC's step methods.
+    compile_kwargs : dict, optional
+        Passed to ``pytensor.function`` (e.g. ``{"mode": "JAX"}``).
+    """
+
+    name: ClassVar[str] = "sgmcmc"
+    kernel: ClassVar[Kernel]
+    """The sampler's kernel."""
+
+    mass_adapter_class: ClassVar[type[Adapter] | None] = None
+    """The type of the mass adapter, for the statistics it adds."""
+
+    default_blocked = True
+    _state_class = StochasticGradientState
+    stats_dtypes_shapes: ClassVar[dict] = dict(GENERIC_STATS)
+
+    max_consecutive_divergences: ClassVar[int] = 20
+    """Restarts in a row after which the chain gives up with a :class:`SamplingError`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kernel = cls.__dict__.get("kernel", getattr(cls, "kernel", None))
+        if kernel is None:
+            return
+        stats = {**GENERIC_STATS, **kernel.stats_dtypes}
+        if kernel.energy is not None:
+            stats.update(METROPOLIS_STATS)
+        if cls.mass_adapter_class is not None:
+            stats.update(cls.mass_adapter_class.stats_dtypes_shapes)
+        cls.stats_dtypes_shapes = stats
+
+    def __new__(cls, *args: Any, **kwargs: Any):  # noqa: D102
+        # BlockedStep.__new__ assigns *all* value variables when none are given; a PyMC
+        # user expects a gradient sampler to take the continuous ones and leave discrete
+        # ones to pm.sample's automatic assignment, as NUTS does.
+        model = modelcontext(kwargs.get("model"))
+        if not args and kwargs.get("vars") is None:
+            if not model.value_vars:
+                raise ValueError(
+                    f"{cls.__name__}: the model has no free random variables, so there is "
+                    "nothing to sample. Add unobserved random variables (priors) to the "
+                    "model, or use pm.sample_prior_predictive for a model of data only."
+                )
+            if not model.continuous_value_vars:
+                raise ValueError(
+                    f"{cls.__name__} samples continuous variables only, and the model has "
+                    "none. Let pm.sample choose a sampler (e.g. Metropolis) for discrete "
+                    "variables."
+                )
+            kwargs["vars"] = model.continuous_value_vars
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule,
+        n_steps: int = 10,
+        minibatch: str = "step",
+        kernel_params: dict[str, Any] | None = None,
+        mass: Any = None,
+        mass_adapter: Adapter | None = None,
+        refresh_every_trajectory: bool = False,
+        step_jitter: float = 0.0,
+        model=None,
+        blocked: bool = True,
+        rng=None,
+        initial_point: dict[str, np.ndarray] | None = None,
+        compile_kwargs: dict | None = None,
+    ) -> None:
+        model = modelcontext(model)
+        kernel = self.kernel
+        if vars is None:
+            vars = model.continuous_value_vars
+        vars = get_value_vars_from_user_vars(vars, model)
+        _check_vars(type(self).__name__, kernel, vars, model)
+        self.step_size_adapter = StepSizeAdapter(step_size, jitter=step_jitter)
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 1:
+            raise ValueError(
+                f"n_steps must be a positive integer (integrator steps per draw), got "
+                f"{n_steps!r}. The seeds use n_steps=10."
+            )
+        self.n_steps = int(n_steps)
+        self.minibatch = check_choice(
+            "minibatch",
+            minibatch,
+            MINIBATCH_MODES,
+            "'step' draws fresh rows for every gradient, 'trajectory' one set per draw.",
+        )
+        self.mass_adapter = mass_adapter
+        if mass_adapter is not None and mass_adapter.needs_gradient and not kernel.gradient_at_end:
+            raise TypeError(
+                f"{type(mass_adapter).__name__} needs the gradient at the kept position, "
+                f"which the {kernel.name} kernel does not evaluate."
+            )
+        self.refresh_every_trajectory = bool(refresh_every_trajectory)
+        self._model = model
+        if initial_point is None:
+            initial_point = model.initial_point()
+        self._initial_point = initial_point
+        self._flat: FlatLogp = flat_logp(model, vars, initial_point)
+        self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self._dtype = self._flat.position.dtype
+        self._compile_kwargs = compile_kwargs
+        super().__init__(vars, self._flat.shared, blocked, rng=rng)
+        self.layout = (
+            sphere_layout(model, self.vars, initial_point, type(self).__name__)
+            if kernel.supports_spheres
+            else None
+        )
+        fields = kernel.params_type._fields
+        fixed = dict(kernel_params or {})
+        if "metric" in fields and mass_adapter is None:
+            fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
+        if "layout" in fields:
+            fixed["layout"] = self.layout
+        self._fixed_params = {
+            key: np.asarray(value, dtype=self._dtype) if isinstance(value, float) else value
+            for key, value in fixed.items()
+        }
+        self._trajectory: CompiledTrajectory | None = None
+        self._n_rows = [g.n_rows() for g in self._flat.groups]
+        self._reset_chain()
+
+    # -- parameters ------------------------------------------------------------------
+
+    def _read_parameters(self) -> None:
+        """Assemble the kernel's parameters from the fixed ones and the adapters'."""
+        values = dict(self._fixed_params)
+        if self.mass_adapter is not None:
+            values.update(self.mass_adapter.parameters())
+        values["step_size"] = np.asarray(np.nan, dtype=self._dtype)
+        self.params = self.kernel.params_type(**values)
+        # Every array but the step size, in the compiled function's input order.
+        self._param_arrays = [value for _, value in tree_flatten(self.params)[1:]]
+
+    @property
+    def mass(self):
+        """The current metric (mass matrix ``M``), for kernels that have one."""
+        return getattr(self.params, "metric", None)
+
+    @property
+    def manifold_dim(self) -> int:
+        """Dimension of the space the chain moves on (``d − 1`` per sphere)."""
+        return self.layout.manifold_dim if self.layout is not None else self.dim
+
+    @property
+    def sampling_state(self) -> StochasticGradientState:
+        """The chain's state, adapters included (PyMC's ``sampling_state`` protocol)."""
+        return ArrayStepShared.sampling_state.fget(self)
+
+    @sampling_state.setter
+    def sampling_state(self, state: StochasticGradientState) -> None:
+        ArrayStepShared.sampling_state.fset(self, state)
+        self._read_parameters()  # the adapters may own parameters, e.g. the mass
+
+    @property
+    def schedule(self):
+        """The step-size schedule: a function of the iteration."""
+        return self.step_size_adapter.schedule
+
+    @schedule.setter
+    def schedule(self, schedule) -> None:
+        self.step_size_adapter.schedule = schedule
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The kernel's parameters besides the step size, by name."""
+        return {k: v for k, v in self.params._asdict().items() if k != "step_size"}
+
+    def __getattr__(self, name: str) -> Any:
+        # The kernel's scalar parameters read as attributes, as before the kernels
+        # existed: step.friction, step.diffusion, step.noise_estimate.
+        fixed = self.__dict__.get("_fixed_params", {})
+        if name in fixed:
+            return float(fixed[name]) if np.ndim(fixed[name]) == 0 else fixed[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # -- compilation -----------------------------------------------------------------
+
+    @property
+    def trajectory_function(self) -> CompiledTrajectory:
+        """The compiled trajectory (compiled on first use, once per step method)."""
+        if self._trajectory is None:
+            self._trajectory = self._compile()
+        return self._trajectory
+
+    def _compile(self) -> CompiledTrajectory:
+        kernel = self.kernel
+        zeros = np.zeros(self.dim, dtype=self._dtype)
+        template = kernel.init(zeros, zeros, self.params)
+        exact = None
+        if kernel.energy is not None:
+            exact = full_data_logp(self._model, self._flat, self.vars, self._initial_point)
+        rows = ROWS[self.minibatch](self._flat)
+        inputs, outputs = build_trajectory(
+            kernel,
+            self._flat,
+            state=template,
+            params=self.params,
+            n_steps=self.n_steps,
+            rows=rows,
+            record_gradient=self._record_gradient,
+            exact_logp=exact,
+        )
+        # Inside the model's context, PyMC's compile honours its check_bounds setting.
+        with self._model:
+            return compile_trajectory(inputs, outputs, rows, self._compile_kwargs)
+
+    @property
+    def _record_gradient(self) -> bool:
+        return self.mass_adapter is not None and self.mass_adapter.needs_gradient
+
+    def __getstate__(self) -> dict:
+        # Compiled functions are rebuilt where they are unpickled (pm.sample with
+        # cores > 1 sends the step method to worker processes).
+        state = self.__dict__.copy()
+        state["_trajectory"] = None
+        return state
+
+    # -- chain life cycle ------------------------------------------------------------
+
+    def _chain_context(self) -> ChainContext:
+        return ChainContext(self.rng, self.dim, self._dtype, type(self).__name__)
+
+    def _reset_chain(self) -> None:
+        self.iteration = 0
+        self.tune = True
+        self.divergences = 0
+        self.consecutive_divergences = 0
+        self._warned_divergence = False
+        self.kernel_state = None  # set from the first position the chain sees
+        self.refresh_pending = False
+        self.position_gradient = None
+        for adapter in self._adapters:
+            adapter.init_chain(self._chain_context())
+        self._read_parameters()
+
+    @property
+    def _adapters(self) -> list[Adapter]:
+        return [a for a in (self.step_size_adapter, self.mass_adapter) if a is not None]
+
+    def setup_chain(self, rng, tune: int, draws: int) -> None:
+        """Re-seed from the chain's generator and reset the chain's state."""
+        super().setup_chain(rng, tune, draws)
+        # Samplers next to ours in a CompoundStep may still evaluate pm.Minibatch's own
+        # in-graph generator: seed it from this chain too, so runs stay reproducible.
+        rngs = [g.rng for g in self._flat.groups]
+        if rngs:
+            reseed_rngs(rngs, self.rng.integers(2**32))
+        # Read once per chain: the data may have been replaced with pm.set_data.
+        self._n_rows = [g.n_rows() for g in self._flat.groups]
+        self._reset_chain()
+        self.tune = tune > 0
+
+    def stop_tuning(self) -> None:
+        """End the tuning phase; adapters freeze what they learned."""
+        self.tune = False
+        for adapter in self._adapters:
+            adapter.finalize()
+
+    @staticmethod
+    def competence(var, has_grad):
+        """Compatible with continuous variables; never chosen over NUTS automatically."""
+        if var.dtype in continuous_types and has_grad:
+            return Competence.COMPATIBLE
+        return Competence.INCOMPATIBLE
+
+    # -- one iteration ---------------------------------------------------------------
+
+    def draw_rows(self) -> list[np.ndarray]:
+        """Rows of every minibatch of one trajectory, with replacement as pm.Minibatch."""
+        rows = self.trajectory_function.rows
+        return [
+            self.rng.integers(0, n_rows, size=rows.shape(self.n_steps, group.batch_size))
+            for group, n_rows in zip(self._flat.groups, self._n_rows, strict=True)
+        ]
+
+    def _normal(self, *shape: int) -> np.ndarray:
+        return self.rng.standard_normal(shape).astype(self._dtype, copy=False)
+
+    def trajectory_inputs(self, position: np.ndarray, step_size: float) -> list:
+        """The inputs of one trajectory from ``position``, drawn as a chain draws them.
+
+        Draws the normal noise and the minibatch rows from the chain's generator. The
+        list follows ``trajectory_function.input_names``.
+        """
+        kernel = self.kernel
+        if self.kernel_state is None:
+            self.kernel_state = kernel.init(position, self._normal(self.dim), self.params)
+            self.refresh_pending = False
+        inputs = [position, *self.kernel_state[1:], np.asarray(step_size, dtype=self._dtype)]
+        inputs += self._param_arrays
+        n_normal = (kernel.refresh is not None) + (self.n_steps if kernel.step_noise else 0)
+        normal = self._normal(n_normal, self.dim) if n_normal else None
+        if kernel.refresh is not None:
+            refresh = self.refresh_every_trajectory or self.refresh_pending
+            inputs += [np.asarray(refresh), normal[0]]
+        if kernel.step_noise:
+            inputs.append(normal[-self.n_steps :])
+        return inputs + self.draw_rows()
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
+        """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
+        fn = self.trajectory_function
+        kernel = self.kernel
+        step_size = self.step_size_adapter.current(self.iteration, self.rng)
+        outputs = fn(*self.trajectory_inputs(q0.data, step_size))
+        self.refresh_pending = False
+        self.iteration += 1
+        n_fields = len(kernel.state_type._fields)
+        end = kernel.state_type(*outputs[:n_fields])
+        logp = outputs[n_fields]
+        gradient = outputs[fn.index["gradient"]] if self._record_gradient else None
+        stats: dict[str, Any] = {"step_size": step_size, "n_steps": self.n_steps}
+        if kernel.energy is None:
+            # One reduction instead of a pass per array: a sum is finite only if every
+            # term is (a finite overflow to inf is a blown-up trajectory all the same).
+            diverging = not math.isfinite(logp + sum(float(np.sum(a)) for a in end))
+            finite = not diverging
+            accept = 1.0
+            if diverging:
+                end = kernel.init(q0.data, self._normal(self.dim), self.params)
+                gradient = None
+        else:
+            end, gradient, finite, diverging, accept, test_stats = self._metropolis(
+                fn, outputs, end, gradient
+            )
+            stats.update(test_stats)
+        if diverging:
+            self._record_divergence(step_size)
+        else:
+            self.consecutive_divergences = 0
+        self.kernel_state = end
+        self.position_gradient = gradient
+        stats["minibatch_logp"] = float(logp) if finite else np.nan
+        stats["diverging"] = diverging
+        stats["divergences"] = self.divergences
+        stats.update(kernel.stats(end, self.params))
+        self._adapt(end, gradient, diverging, accept)
+        if self.mass_adapter is not None:
+            stats.update(self.mass_adapter.stats())
+        return RaveledVars(end.position, q0.point_map_info), [stats]
+
+    def _metropolis(self, fn: CompiledTrajectory, outputs: list, end, gradient):
+        """The Metropolis–Hastings test of a kernel with an energy, on the full data."""
+        kernel = self.kernel
+        n_fields = len(kernel.state_type._fields)
+        first = fn.index["start.position"]
+        start = kernel.state_type(*outputs[first : first + n_fields])
+        energy_start = float(outputs[fn.index["energy_start"]])
+        energy_end = float(outputs[fn.index["energy_end"]])
+        energy_error = energy_end - energy_start
+        log_accept = metropolis_log_acceptance(energy_start, energy_end)
+        finite = bool(np.isfinite(end.position).all() and all(np.isfinite(a).all() for a in end))
+        diverging = not finite or not energy_error < MAX_ENERGY_ERROR
+        accepted = finite and np.log(self.rng.uniform()) < log_accept
+        if accepted:
+            kept, model_logp = end, float(outputs[fn.index["logp_end"]])
+        else:
+            kept, model_logp = start, float(outputs[fn.index["logp_start"]])
+            if gradient is not None:
+                gradient = outputs[fn.index["start_gradient"]]
+        test_stats = {
+            "accept": float(np.exp(log_accept)),
+            "accepted": bool(accepted),
+            "energy_error": energy_error if np.isfinite(energy_error) else np.inf,
+            "model_logp": model_logp,
+        }
+        return kept, gradient, finite, diverging, float(np.exp(log_accept)), test_stats
+
+    def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
+        """Hand the finished iteration to the adapters that learn; re-read what changed."""
+        learning = [a for a in self._adapters if a.learns]
+        if not learning:
+            return
+        result = IterationResult(
+            iteration=self.iteration - 1,
+            tune=self.tune,
+            position=state.position,
+            state=state,
+            gradient=gradient,
+            step_size=self.step_size_adapter.nominal(self.iteration),
+            diverging=diverging,
+            accept=accept,
+        )
+        chain = self._chain_context()
+        changed: set[str] = set()
+        for adapter in learning:
+            changed |= adapter.update(result, chain)
+        if changed:
+            self._read_parameters()
+            if "metric" in changed and self.kernel.refresh is not None:
+                # A carried momentum must follow N(0, M) under the new mass.
+                self.refresh_pending = True
+
+    def _record_divergence(self, step_size: float) -> None:
+        self.divergences += 1
+        self.consecutive_divergences += 1
+        fresh = " and ".join(self.kernel.resamples)
+        restart = (
+            f"the chain restarted from its last finite state with a fresh {fresh}"
+            if self.kernel.energy is None and fresh
+            else "the proposal was rejected"
+            if self.kernel.energy is not None
+            else "the chain restarted from its last finite state"
+        )
+        advice = (
+            f"{type(self).__name__}: the trajectory at iteration {self.iteration} "
+            f"(step_size={step_size:.3g}) turned non-finite or diverged; {restart}. "
+            "Reduce step_size (or n_steps), standardise the data, or start nearer the "
+            "posterior with initvals="
+        )
+        if self.consecutive_divergences >= self.max_consecutive_divergences:
+            raise SamplingError(
+                f"{advice}. It failed {self.consecutive_divergences} times in a row, so "
+                "sampling stopped rather than return meaningless draws."
+            )
+        if not self._warned_divergence:
+            warnings.warn(advice + ".", RuntimeWarning, stacklevel=2)
+            self._warned_divergence = True
+
+    # -- progress bar ----------------------------------------------------------------
+
+    @staticmethod
+    def _progressbar_config(n_chains=1):
+        columns = [
+            TextColumn("{task.fields[divergences]}", table_column=Column("Divergences", ratio=1)),
+            TextColumn("{task.fields[step_size]:0.2g}", table_column=Column("Step size", ratio=1)),
+        ]
+        stats = {"divergences": [0] * n_chains, "step_size": [0] * n_chains}
+        return columns, stats
+
+    @staticmethod
+    def _make_progressbar_update_functions():
+        def update_stats(stats):
+            return {key: stats[key] for key in ("divergences", "step_size")} | {
+                "failing": stats["divergences"] > 0,
+            }
+
+        return (update_stats,)
+
+
+def _check_vars(sampler: str, kernel: Kernel, vars: list[TensorVariable], model) -> None:
+    """Refuse variables the kernel cannot move: spheres for a Euclidean one, discrete ones."""
+    if not kernel.supports_spheres:
+        spheres = [v.name for v in vars if is_sphere_valued(model, v)]
+        if spheres:
+            raise ValueError(
+                f"{sampler} moves variables on straight lines, but these live on spheres: "
+                f"{spheres}. Sample them with a geodesic sampler, pmsg.SGGMC or "
+                "pmsg.GSGNHT (alone, or in a list next to this one for the other variables)."
+            )
+    discrete = [v.name for v in vars if v.dtype not in continuous_types]
+    if discrete:
+        raise ValueError(
+            f"{sampler} needs gradients, but these variables are discrete: {discrete}. "
+            f"Assign them to another sampler, e.g. step=[pmsg.{sampler}(vars=[...continuous"
+            "...]), pm.Metropolis(vars=[...discrete...])], or pass only continuous variables."
+        )

@@ -1,0 +1,313 @@
+"""Fuse a kernel's ``n_steps`` integrator steps into one compiled PyTensor function.
+
+A Python loop over compiled single-step calls pays the call overhead at every step; here
+the kernel's :attr:`~pymc_sgmcmc.kernels.base.Kernel.step` is the body of a
+``pytensor.scan``, so one MCMC iteration is one call. The function's inputs and outputs
+are named (:class:`CompiledTrajectory`): the kernel's state and parameters by field, the
+per-iteration randomness (normal draws, minibatch rows) drawn by the step method.
+
+Minibatch rows reach the steps in one of two ways, each a small class: fresh rows for
+every step (:class:`RowsPerStep`) or one set for the whole trajectory
+(:class:`RowsPerTrajectory`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pymc.pytensorf import compile as pm_compile
+from pytensor.graph.basic import Variable
+
+from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
+from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
+from pymc_sgmcmc.pymc.model_graph import FlatLogp
+
+# -- how the rows reach the steps --------------------------------------------------------
+
+
+class Rows:
+    """The minibatch rows of one trajectory: index inputs and the gathered arrays.
+
+    One gather for the whole trajectory, outside the loop: random rows of a large array
+    are memory-bound, and a gather per step inside the loop costs more than the math.
+    """
+
+    def __init__(self, graph: FlatLogp, index_ndim: int) -> None:
+        self.indices = [
+            pt.tensor(f"rows_{k}", shape=(None,) * index_ndim, dtype="int64")
+            for k in range(len(graph.groups))
+        ]
+        self.gathered = [
+            x for g, i in zip(graph.groups, self.indices, strict=True) for x in g.gathered(i)
+        ]
+        self.start_rows = 0
+        """Leading rows reserved for the start of the trajectory (``Kernel.prepare``)."""
+
+    def start_batch(self) -> list[Variable]:
+        """Rows for the start of the trajectory."""
+        raise NotImplementedError
+
+    def sequences(self) -> list[Variable]:
+        """Arrays the scan iterates over, one slice per step."""
+        return []
+
+    def non_sequences(self) -> list[Variable]:
+        """Arrays every step sees whole."""
+        return []
+
+    def last_batch(self) -> list[Variable]:
+        """The rows of the last step (for the final minibatch log density)."""
+        raise NotImplementedError
+
+    def shape(self, n_steps: int, batch_size: int) -> tuple[int, ...]:
+        """Shape of one index array the step method draws."""
+        raise NotImplementedError
+
+
+class RowsPerStep(Rows):
+    """Fresh rows for every gradient: ``rows_k`` has shape ``(n_steps [+ 1], B)``."""
+
+    def __init__(self, graph: FlatLogp) -> None:
+        super().__init__(graph, index_ndim=2)
+
+    def start_batch(self) -> list[Variable]:  # noqa: D102
+        # The starting point gets rows of its own (row 0): sharing the first step's rows
+        # between its two ends would make the trajectory irreversible, and a Metropolis
+        # test would no longer correct it.
+        self.start_rows = 1
+        return [b[0] for b in self.gathered]
+
+    def sequences(self) -> list[Variable]:  # noqa: D102
+        return [b[self.start_rows :] for b in self.gathered]
+
+    def last_batch(self) -> list[Variable]:  # noqa: D102
+        return [b[-1] for b in self.gathered]
+
+    def shape(self, n_steps: int, batch_size: int) -> tuple[int, ...]:  # noqa: D102
+        return (n_steps + self.start_rows, batch_size)
+
+
+class RowsPerTrajectory(Rows):
+    """One set of rows for the whole trajectory: ``rows_k`` has shape ``(B,)``."""
+
+    def __init__(self, graph: FlatLogp) -> None:
+        super().__init__(graph, index_ndim=1)
+
+    def start_batch(self) -> list[Variable]:  # noqa: D102
+        return self.gathered
+
+    def non_sequences(self) -> list[Variable]:  # noqa: D102
+        return self.gathered
+
+    def last_batch(self) -> list[Variable]:  # noqa: D102
+        return self.gathered
+
+    def shape(self, n_steps: int, batch_size: int) -> tuple[int, ...]:  # noqa: D102
+        return (batch_size,)
+
+
+ROWS = {"step": RowsPerStep, "trajectory": RowsPerTrajectory}
+
+
+# -- the compiled function ---------------------------------------------------------------
+
+
+@dataclass
+class CompiledTrajectory:
+    """One compiled trajectory with named inputs and outputs.
+
+    Call it with the inputs in :attr:`input_names` order (as
+    :meth:`~pymc_sgmcmc.pymc.step.StochasticGradientStep.trajectory_inputs` returns them);
+    it returns the outputs in :attr:`output_names` order. :meth:`named` does the same with
+    dictionaries.
+
+    Inputs: ``position``, ``state.<field>`` for the kernel's other state fields,
+    ``params.<path>`` for every array of its parameters, ``refresh`` (whether to apply
+    the kernel's ``refresh``) and ``refresh_noise``, ``noise`` (``(n_steps, dim)``
+    standard normal), ``rows_<k>`` (one index array per ``pm.Minibatch`` call).
+
+    Outputs: ``position``, ``state.<field>`` (the final state), ``minibatch_logp`` (on
+    the last step's rows), ``gradient`` (the last one evaluated, where asked) and, for a
+    kernel with an energy, ``start.<field>`` (the state after ``refresh`` and
+    ``prepare``), ``start_gradient``, ``energy_start``, ``energy_end``, ``logp_start``,
+    ``logp_end`` (full-data log densities).
+    """
+
+    function: Callable
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    rows: Rows
+    index: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.index = {name: k for k, name in enumerate(self.output_names)}
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        """Run the trajectory; inputs and outputs in their names' order."""
+        return self.function(*inputs)
+
+    def named(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Run the trajectory with named inputs; return the outputs by name."""
+        missing = set(self.input_names) - set(inputs)
+        if missing:
+            raise TypeError(f"missing trajectory inputs: {sorted(missing)}")
+        outputs = self.function(*(inputs[name] for name in self.input_names))
+        return dict(zip(self.output_names, outputs, strict=True))
+
+
+def _symbolic_like(name: str, value: Any, dtype: str) -> Variable:
+    value = np.asarray(value)
+    kind_dtype = dtype if value.dtype.kind == "f" else str(value.dtype)
+    return pt.tensor(name, shape=(None,) * value.ndim, dtype=kind_dtype)
+
+
+def _recording(target: Target, record: list) -> Target:
+    """``target`` whose gradient evaluations are appended to ``record``."""
+
+    def grad(x: Variable) -> Variable:
+        gradient = target.grad(x)
+        record.append(gradient)
+        return gradient
+
+    return Target(logp=target.logp, grad=grad)
+
+
+def _lazy(make: Callable[[], Target]) -> Target:
+    """A target built on first use (so that rows are reserved only when needed)."""
+    built: list[Target] = []
+
+    def get() -> Target:
+        if not built:
+            built.append(make())
+        return built[0]
+
+    return Target(logp=lambda x: get().logp(x), grad=lambda x: get().grad(x))
+
+
+def build_trajectory(
+    kernel: Kernel,
+    graph: FlatLogp,
+    *,
+    state: Any,
+    params: Any,
+    n_steps: int,
+    rows: Rows,
+    record_gradient: bool,
+    exact_logp: Variable | None = None,
+) -> tuple[dict[str, Variable], dict[str, Variable]]:
+    """The symbolic trajectory of ``kernel`` on ``graph``: named inputs and outputs.
+
+    Parameters
+    ----------
+    kernel : Kernel
+        The sampler's kernel.
+    graph : FlatLogp
+        The model's log density in the flat position.
+    state, params : NamedTuple
+        Numeric templates of the kernel's state and parameters (for ranks and dtypes).
+    n_steps : int
+        Steps per trajectory, where no per-step input sets the number.
+    rows : Rows
+        How the minibatch rows reach the steps.
+    record_gradient : bool
+        Also return the last gradient the final step evaluated.
+    exact_logp : Variable, optional
+        The full-data log density, for a kernel with an energy.
+    """
+    dtype = graph.position.dtype
+    inputs: dict[str, Variable] = {"position": graph.position}
+    for name, value in zip(kernel.state_type._fields[1:], state[1:], strict=True):
+        inputs[f"state.{name}"] = _symbolic_like(f"state.{name}", value, dtype)
+    leaves = {
+        path: _symbolic_like(f"params.{path}", value, dtype) for path, value in tree_flatten(params)
+    }
+    inputs.update({f"params.{path}": var for path, var in leaves.items()})
+    symbolic_params = tree_replace(params, leaves)
+
+    start = kernel.state_type(graph.position, *(inputs[f"state.{n}"] for n in kernel.resamples))
+    if kernel.refresh is not None:
+        inputs["refresh"] = pt.scalar("refresh", dtype="bool")
+        inputs["refresh_noise"] = pt.vector("refresh_noise", dtype=dtype)
+        refreshed = kernel.refresh(start, inputs["refresh_noise"], symbolic_params)
+        start = type(start)(
+            *(
+                old if new is old else pt.switch(inputs["refresh"], new, old)
+                for new, old in zip(refreshed, start, strict=True)
+            )
+        )
+    estimator = MinibatchGradient(graph)
+    start_record: list[Variable] = []
+    if kernel.prepare is not None:
+        target = _recording(_lazy(lambda: estimator.target(rows.start_batch())), start_record)
+        start = kernel.prepare(start, target, symbolic_params)
+    if kernel.step_noise:
+        inputs["noise"] = pt.matrix("noise", dtype=dtype)
+    sequences = ([inputs["noise"]] if kernel.step_noise else []) + rows.sequences()
+    non_sequences = rows.non_sequences()
+    n_batched, n_fields = len(rows.sequences()), len(start)
+
+    def body(*args: Variable) -> list[Variable]:
+        args = list(args)  # scan order: sequences, carried state, non-sequences
+        noise_t = args.pop(0) if kernel.step_noise else None
+        batch = args[:n_batched] + args[n_batched + n_fields :]
+        state_t = kernel.state_type(*args[n_batched : n_batched + n_fields])
+        record: list[Variable] = []
+        target = _recording(estimator.target(batch), record)
+        new = kernel.step(state_t, target, noise_t, symbolic_params)
+        return [*new, record[-1]] if record_gradient else list(new)
+
+    scanned = pytensor.scan(
+        body,
+        sequences=sequences,
+        outputs_info=[*start, None] if record_gradient else list(start),
+        non_sequences=non_sequences,
+        n_steps=None if sequences else n_steps,
+        return_updates=False,
+    )
+    if not isinstance(scanned, list | tuple):
+        scanned = [scanned]
+    final = [out[-1] for out in scanned]
+    end = kernel.state_type(*final[:n_fields])
+    outputs: dict[str, Variable] = {"position": end.position}
+    outputs.update({f"state.{n}": getattr(end, n) for n in kernel.resamples})
+    # The log density is not needed inside the loop; evaluating it there at every step
+    # costs more than the gradient's own arithmetic on a small minibatch.
+    outputs["minibatch_logp"] = estimator.target(rows.last_batch()).logp(end.position)
+    if record_gradient:
+        outputs["gradient"] = final[-1]
+    if kernel.energy is not None:
+        exact = exact_target(exact_logp, graph.position)
+        outputs.update({f"start.{n}": v for n, v in zip(start._fields, start, strict=True)})
+        if start_record:
+            outputs["start_gradient"] = start_record[-1]
+        outputs["energy_start"] = kernel.energy(start, exact, symbolic_params)
+        outputs["energy_end"] = kernel.energy(end, exact, symbolic_params)
+        outputs["logp_start"] = exact.logp(start.position)
+        outputs["logp_end"] = exact.logp(end.position)
+    inputs.update({idx.name: idx for idx in rows.indices})
+    return inputs, outputs
+
+
+def compile_trajectory(
+    inputs: dict[str, Variable],
+    outputs: dict[str, Variable],
+    rows: Rows,
+    compile_kwargs: dict | None = None,
+) -> CompiledTrajectory:
+    """Compile the trajectory; inputs are trusted (the step method builds them).
+
+    PyMC's ``compile`` turns the parameter checks of the log density (``sigma > 0``)
+    into ``-inf`` instead of an exception, so a step out of the support is an ordinary
+    rejected or divergent trajectory, as in PyMC's own samplers. Call it inside the
+    model's context, so that it honours the model's ``check_bounds``.
+    """
+    kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
+    # No random variables remain in the graph (the step method draws all randomness).
+    fn = pm_compile(list(inputs.values()), list(outputs.values()), random_seed=False, **kwargs)
+    fn.trust_input = True
+    return CompiledTrajectory(fn, tuple(inputs), tuple(outputs), rows)
