@@ -44,8 +44,9 @@ def check_positive(name: str, value: Any, fix: str, *, allow_zero: bool = False)
 def check_in_range(
     name: str, value: Any, low: float, high: float, fix: str, *, closed: str = "left"
 ) -> float:
-    """Return ``value`` as a float in ``[low, high)`` (or ``(low, high]`` with
-    ``closed="right"``); anything else, a non-number included, is a ``ValueError``.
+    """Return ``value`` as a float in ``[low, high)``, or ``(low, high]`` if ``closed="right"``.
+
+    Anything else, a non-number included, is a ``ValueError`` that names the fix.
     """
     interval = f"[{low}, {high})" if closed == "left" else f"({low}, {high}]"
     number = math.nan
