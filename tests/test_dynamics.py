@@ -9,12 +9,9 @@ import math
 import numpy as np
 import pytest
 
-import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, as_schedule
 from pymc_sgmcmc.dynamics import (
     kinetic_energy,
     kinetic_temperature,
-    make_mass,
     sghmc_step,
     sgld_step,
     sgnht_step,
@@ -394,111 +391,3 @@ def test_kinetic_energy_with_dense_inverse_mass_is_the_quadratic_form():
     inv_mass = np.array([[2.0, 0.5], [0.5, 1.0]])
     momentum = np.array([1.0, -3.0])
     assert kinetic_energy(inv_mass, momentum) == pytest.approx(0.5 * momentum @ inv_mass @ momentum)
-
-
-def test_make_mass_default_scalar_vector_and_dense():
-    identity = make_mass(None, 3)
-    np.testing.assert_array_equal(identity.inverse, np.ones(3))
-    assert not identity.is_dense
-    scalar = make_mass(4.0, 2)
-    np.testing.assert_allclose(scalar.inverse, [0.25, 0.25])
-    np.testing.assert_allclose(scalar.factor, [2.0, 2.0])
-    vector = make_mass([1.0, 4.0, 9.0], 3)
-    np.testing.assert_allclose(vector.inverse, [1.0, 0.25, 1 / 9])
-    matrix = np.array([[2.0, 0.6], [0.6, 1.0]])
-    dense = make_mass(matrix, 2)
-    assert dense.is_dense
-    np.testing.assert_allclose(dense.inverse @ matrix, np.eye(2), atol=1e-12)
-    np.testing.assert_allclose(dense.factor @ dense.factor.T, matrix)
-    assert make_mass(None, 2, dtype="float32").inverse.dtype == np.float32
-
-
-@pytest.mark.parametrize(
-    ("mass", "match"),
-    [
-        (0.0, "mass vector of shape"),
-        (-1.0, "mass vector of shape"),
-        (np.nan, "mass vector of shape"),
-        ([1.0, 2.0], r"mass vector of shape \(2,\) is not valid"),
-        ([1.0, -2.0, 3.0], "mass vector of shape"),
-        ([1.0, np.inf, 3.0], "mass vector of shape"),
-        (np.eye(2), r"mass matrix of shape \(2, 2\) is not valid"),
-        ([[1.0, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], "mass matrix of shape"),
-        ([[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]], "not positive definite"),
-        (np.ones((3, 3, 3)), "got 3 dimensions"),
-    ],
-)
-def test_make_mass_rejects_invalid_masses_with_the_accepted_forms(mass, match):
-    with pytest.raises(ValueError, match=match) as error:
-        make_mass(mass, 3)
-    assert "symmetric positive-definite 3x3 matrix" in str(error.value)
-
-
-@pytest.mark.parametrize(
-    "matrix",
-    [np.diag([0.5, 2.0, 4.0]), np.array([[2.0, 0.6, 0.0], [0.6, 1.0, -0.3], [0.0, -0.3, 0.5]])],
-    ids=["diagonal-as-matrix", "dense"],
-)
-def test_draw_momentum_has_covariance_equal_to_the_mass(matrix):
-    rng = np.random.default_rng(11)
-    n_draws = 40_000
-    for mass in (make_mass(matrix, 3), make_mass(np.diag(matrix), 3)):
-        if not mass.is_dense and np.count_nonzero(matrix - np.diag(np.diag(matrix))):
-            continue  # a vector mass cannot represent off-diagonal terms
-        draws = np.array([mass.draw_momentum(rng) for _ in range(n_draws)])
-        covariance = draws.T @ draws / n_draws
-        # Var(p_i p_j) = M_ii M_jj + M_ij² for a centred Gaussian.
-        standard_error = np.sqrt((np.outer(np.diag(matrix), np.diag(matrix)) + matrix**2) / n_draws)
-        assert np.all(np.abs(covariance - matrix) < 4 * standard_error)
-
-
-# -- step-size schedules -------------------------------------------------------------
-
-
-def test_polynomial_decay_values():
-    schedule = pmsg.PolynomialDecay(a=0.01, b=1.0, gamma=0.55)
-    assert schedule(0) == pytest.approx(0.01)
-    assert schedule(9) == pytest.approx(0.01 * 10**-0.55)
-    assert schedule(99) == pytest.approx(0.01 * 100**-0.55)
-    steps = [schedule(t) for t in range(50)]
-    assert all(later < earlier for earlier, later in zip(steps, steps[1:], strict=False))
-    offset = pmsg.PolynomialDecay(a=2.0, b=10.0, gamma=1.0)
-    assert offset(0) == pytest.approx(0.2)
-    assert offset(10) == pytest.approx(0.1)
-    constant = pmsg.PolynomialDecay(a=0.3, b=5.0, gamma=0.0)
-    assert constant(0) == constant(1000) == pytest.approx(0.3)
-
-
-def test_polynomial_decay_defaults_satisfy_the_robbins_monro_exponent_range():
-    schedule = pmsg.PolynomialDecay(a=0.01)
-    assert schedule.b == 1.0
-    assert 0.5 < schedule.gamma <= 1.0
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error", "match"),
-    [
-        ({"a": 0.0}, ValueError, "a must be positive and finite"),
-        ({"a": -1e-2}, ValueError, "a must be positive and finite"),
-        ({"a": math.inf}, ValueError, "a must be positive and finite"),
-        ({"a": "big"}, TypeError, "a must be a real number"),
-        ({"a": 1e-2, "b": 0.0}, ValueError, "b must be positive and finite"),
-        ({"a": 1e-2, "b": math.nan}, ValueError, "b must be positive and finite"),
-        ({"a": 1e-2, "gamma": -0.1}, ValueError, r"gamma must lie in \[0, 1\]"),
-        ({"a": 1e-2, "gamma": 1.5}, ValueError, r"gamma must lie in \[0, 1\]"),
-        ({"a": 1e-2, "gamma": math.nan}, ValueError, r"gamma must lie in \[0, 1\]"),
-    ],
-)
-def test_polynomial_decay_validation(kwargs, error, match):
-    with pytest.raises(error, match=match):
-        pmsg.PolynomialDecay(**kwargs)
-
-
-def test_constant_step_size_and_as_schedule():
-    assert as_schedule(0.25)(0) == as_schedule(0.25)(10**6) == 0.25
-    decay = pmsg.PolynomialDecay(a=0.1)
-    assert as_schedule(decay) is decay
-    with pytest.raises(TypeError, match="step_size is required"):
-        as_schedule(None)
-    with pytest.raises(ValueError, match="step_size must be positive and finite"):
-        ConstantStepSize(-0.1)

@@ -12,17 +12,7 @@ from numbers import Real
 
 import numpy as np
 
-
-def _check_positive_finite(name: str, value: float, fix: str) -> float:
-    if isinstance(value, bool | str | bytes) or not isinstance(value, Real | np.ndarray):
-        raise TypeError(f"{name} must be a real number, got {value!r}. {fix}")
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a real number, got {value!r}. {fix}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be positive and finite, got {value!r}. {fix}")
-    return value
+from pymc_sgmcmc.validation import check_positive
 
 
 @dataclass(frozen=True)
@@ -38,7 +28,7 @@ class ConstantStepSize:
     step_size: float
 
     def __post_init__(self) -> None:
-        _check_positive_finite(
+        check_positive(
             "step_size", self.step_size, "Pass a small positive number such as 1e-3."
         )
 
@@ -71,8 +61,8 @@ class PolynomialDecay:
     gamma: float = 0.55
 
     def __post_init__(self) -> None:
-        _check_positive_finite("a", self.a, "Pass the scale of a(b + t)^(-gamma), e.g. a=1e-2.")
-        _check_positive_finite("b", self.b, "Pass a positive offset, e.g. b=1.")
+        check_positive("a", self.a, "Pass the scale of a(b + t)^(-gamma), e.g. a=1e-2.")
+        check_positive("b", self.b, "Pass a positive offset, e.g. b=1.")
         if isinstance(self.gamma, bool | str | bytes) or not isinstance(
             self.gamma, Real | np.ndarray
         ):

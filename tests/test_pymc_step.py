@@ -1,7 +1,9 @@
-"""Behaviour of the step methods through ``pm.sample``.
+"""Behaviour of the generic step method (``pymc_sgmcmc.pymc.step``) through ``pm.sample``.
 
 Compiling a trajectory is the expensive part (once per step-method instance), so the
-step methods live in module-scoped fixtures and the models are tiny.
+step methods live in module-scoped fixtures and the models are tiny. What every sampler
+must do is checked for all of them in ``test_conformance.py``; this file checks the
+behaviour in depth on SGLD, SGHMC and SGNHT.
 """
 
 import math
@@ -12,57 +14,21 @@ import numpy as np
 import pymc as pm
 import pytest
 import scipy.stats as st
+from helpers import (
+    BATCH_SIZE,
+    N_ROWS,
+    PRIOR_SD,
+    compiled,
+    draws_of,
+    sample,
+    standard_error,
+    stat,
+)
 from pymc.exceptions import SamplingError
 
 import pymc_sgmcmc as pmsg
-
-N_ROWS = 200
-BATCH_SIZE = 10
-PRIOR_SD = 10.0
-
-
-def sample(step, model, **kwargs):
-    options = {
-        "draws": 50,
-        "tune": 10,
-        "chains": 1,
-        "cores": 1,
-        "random_seed": 1,
-        "progressbar": False,
-        "compute_convergence_checks": False,
-    }
-    with model:
-        return pm.sample(step=step, **(options | kwargs))
-
-
-def draws_of(idata, name):
-    return idata.posterior[name].values
-
-
-def stat(idata, name):
-    return idata.sample_stats[name].values
-
-
-def standard_error(values, ess):
-    return float(np.std(values)) / math.sqrt(float(ess))
-
-
-# -- models and shared step methods ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def observations():
-    return np.random.default_rng(0).normal(1.0, 1.0, size=N_ROWS)
-
-
-@pytest.fixture(scope="module")
-def minibatch_model(observations):
-    """mu ~ N(0, 10²), x_i ~ N(mu, 1), seen 10 rows at a time."""
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0.0, PRIOR_SD)
-        batch = pm.Minibatch(observations, batch_size=BATCH_SIZE)
-        pm.Normal("obs", mu, 1.0, observed=batch, total_size=N_ROWS)
-    return model
+from pymc_sgmcmc.kernels import sghmc as sghmc_kernel
+from pymc_sgmcmc.kernels.base import Target
 
 
 def full_data_logp(observations, mu):
@@ -73,12 +39,6 @@ def full_data_logp(observations, mu):
 def exact_posterior_of_mu(observations):
     precision = N_ROWS + PRIOR_SD**-2
     return observations.sum() / precision, precision**-0.5
-
-
-def compiled(step):
-    # Compile once here: every test that uses the fixture then shares the function.
-    step.trajectory_function  # noqa: B018
-    return step
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +74,6 @@ def any_sampler(request):
 @pytest.fixture(scope="module")
 def two_chains(sghmc, minibatch_model):
     return sample(sghmc, minibatch_model, draws=100, tune=20, chains=2, random_seed=3)
-
-
-@pytest.fixture(scope="module")
-def gaussian_model():
-    with pm.Model() as model:
-        pm.Normal("theta", 0.0, 1.0, shape=2)
-    return model
 
 
 # -- reproducibility ------------------------------------------------------------------
@@ -195,23 +148,23 @@ def test_parallel_chains_equal_sequential_chains_with_the_same_seed(
 
 def test_fresh_rows_for_every_gradient_in_step_mode(sgld):
     sgld.setup_chain(np.random.default_rng(0), tune=0, draws=2)
-    (first,) = sgld._draw_indices()
-    (second,) = sgld._draw_indices()
+    (first,) = sgld.draw_rows()
+    (second,) = sgld.draw_rows()
     assert first.shape == (sgld.n_steps, BATCH_SIZE)
     assert first.dtype == np.int64
     assert first.min() >= 0 and first.max() < N_ROWS
     assert len({tuple(rows) for rows in first}) == sgld.n_steps  # every step its own rows
     assert not np.array_equal(first, second)
     # Rows are drawn with replacement over the whole data set, as pm.Minibatch does.
-    many = np.concatenate([sgld._draw_indices()[0].ravel() for _ in range(200)])
+    many = np.concatenate([sgld.draw_rows()[0].ravel() for _ in range(200)])
     assert np.unique(many).size == N_ROWS
 
 
 def test_one_row_vector_per_draw_in_trajectory_mode(frozen_sgld_one_batch_per_draw):
     step = frozen_sgld_one_batch_per_draw
     step.setup_chain(np.random.default_rng(0), tune=0, draws=2)
-    (first,) = step._draw_indices()
-    (second,) = step._draw_indices()
+    (first,) = step.draw_rows()
+    (second,) = step.draw_rows()
     assert first.shape == (BATCH_SIZE,)
     assert not np.array_equal(first, second)
 
@@ -309,7 +262,7 @@ def test_two_minibatch_calls_of_different_sizes():
         )
         step = pmsg.SGHMC(step_size=0.01, n_steps=10)
     step.setup_chain(np.random.default_rng(0), tune=0, draws=1)
-    shapes = sorted(rows.shape for rows in step._draw_indices())
+    shapes = sorted(rows.shape for rows in step.draw_rows())
     assert shapes == [(10, 15), (10, 40)]
     idata = sample(step, model, draws=300, tune=100)
     # Posterior sds are 0.058 and 0.045; the tolerance allows minibatch-noise inflation.
@@ -403,14 +356,28 @@ def test_momentum_and_injected_noise_are_drawn_with_the_mass_as_covariance(gauss
     with gaussian_model:
         step = pmsg.SGHMC(step_size=0.1, n_steps=10, mass=mass)
     step.setup_chain(np.random.default_rng(9), tune=0, draws=1)
-    noise = np.concatenate([step._draw_noise() for _ in range(4000)])
-    momenta = np.array([step._fresh_auxiliary()[0] for _ in range(20_000)])
+    rng, origin = step.rng, np.zeros(2)
+    params = step.params
+    momenta = np.array(
+        [step.kernel.init(origin, rng.standard_normal(2), params).momentum for _ in range(20_000)]
+    )
+    # The injected noise, read off one SGHMC step from p = 0 on a flat target: there the
+    # new momentum is √(2Cε) ξ with ξ the noise, which must be N(0, M).
+    flat = Target(logp=lambda x: 0.0, grad=lambda x: np.zeros_like(x))
+    start = sghmc_kernel.SGHMCState(origin, origin)
+    scale = np.sqrt(2 * step.friction * 0.1)
+    noise = np.array(
+        [
+            sghmc_kernel.step(start, flat, z, params._replace(step_size=0.1)).momentum / scale
+            for z in rng.standard_normal((4000, 2))
+        ]
+    )
     for draws in (noise, momenta):
         assert draws.shape[1] == 2
         covariance = draws.T @ draws / len(draws)
         # Var(x_i x_j) = M_ii M_jj + M_ij² for a centred Gaussian.
-        standard_error = np.sqrt((np.outer(np.diag(mass), np.diag(mass)) + mass**2) / len(draws))
-        assert np.all(np.abs(covariance - mass) < 4 * standard_error)
+        tolerance = np.sqrt((np.outer(np.diag(mass), np.diag(mass)) + mass**2) / len(draws))
+        assert np.all(np.abs(covariance - mass) < 4 * tolerance)
 
 
 # -- sampling state -------------------------------------------------------------------
@@ -763,17 +730,11 @@ def test_hmc_full_data_density_of_a_transformed_variable():
         step = pmsg.HMC(step_size=1e-3, n_steps=1)
     step.setup_chain(np.random.default_rng(2), tune=0, draws=1)
     position = np.array([0.3, 0.7])  # [sigma_log__, mu] in the step's order
-    assert step._flat.position.ndim == 1
+    fn = step.trajectory_function
+    inputs = dict(zip(fn.input_names, step.trajectory_inputs(position, 1e-3), strict=True))
+    assert inputs["position"].ndim == 1
     order = [v.name for v in step.vars]
-    outputs = step.trajectory_function(
-        position,
-        np.zeros(2),
-        np.asarray(1e-3),
-        step.mass.inverse,
-        np.zeros((1, 2)),
-        *step._draw_indices(),
-    )
-    logp_start = outputs[-2]
+    logp_start = fn.named(**inputs)["logp_start"]
     point = dict(zip(order, position, strict=True))
     log_sigma, mu_value = point["sigma_log__"], point["mu"]
     expected = (

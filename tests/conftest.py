@@ -1,0 +1,34 @@
+"""Shared models of the test suite; shared functions live in ``helpers.py``.
+
+Compiling a trajectory is the expensive part of a test (once per step-method instance),
+so step methods live in module-scoped fixtures and the models are tiny.
+"""
+
+import numpy as np
+import pymc as pm
+import pytest
+from helpers import BATCH_SIZE, N_ROWS, PRIOR_SD
+
+
+@pytest.fixture(scope="module")
+def observations():
+    """200 draws of N(1, 1)."""
+    return np.random.default_rng(0).normal(1.0, 1.0, size=N_ROWS)
+
+
+@pytest.fixture(scope="module")
+def minibatch_model(observations):
+    """mu ~ N(0, 10²), x_i ~ N(mu, 1), seen 10 rows at a time."""
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, PRIOR_SD)
+        batch = pm.Minibatch(observations, batch_size=BATCH_SIZE)
+        pm.Normal("obs", mu, 1.0, observed=batch, total_size=N_ROWS)
+    return model
+
+
+@pytest.fixture(scope="module")
+def gaussian_model():
+    """theta ~ N(0, I₂), no data."""
+    with pm.Model() as model:
+        pm.Normal("theta", 0.0, 1.0, shape=2)
+    return model
