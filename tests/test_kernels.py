@@ -128,7 +128,7 @@ def test_hmc_kernel_is_reversible_under_a_momentum_flip():
 def test_refresh_draws_momentum_from_the_metric_and_keeps_the_rest():
     params = params_for(sgnht.KERNEL)
     state = sgnht.SGNHTState(np.zeros(2), np.ones(2), np.array(0.7))
-    refreshed = sgnht.KERNEL.refresh(state, np.array([1.0, -1.0]), params)
+    refreshed = sgnht.KERNEL.refresh(state, gaussian_target(), np.array([1.0, -1.0]), params)
     np.testing.assert_allclose(refreshed.momentum, params.metric.factor * [1.0, -1.0])
     assert refreshed.thermostat == 0.7 and refreshed.position is state.position
 

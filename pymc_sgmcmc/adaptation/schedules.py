@@ -28,9 +28,7 @@ class ConstantStepSize:
     step_size: float
 
     def __post_init__(self) -> None:
-        check_positive(
-            "step_size", self.step_size, "Pass a small positive number such as 1e-3."
-        )
+        check_positive("step_size", self.step_size, "Pass a small positive number such as 1e-3.")
 
     def __call__(self, iteration: int) -> float:
         """Return the step size at ``iteration``."""

@@ -71,8 +71,9 @@ class Kernel:
         ``noise`` is a standard normal vector like the position (``None`` when
         ``step_noise`` is false).
     refresh : callable, optional
-        ``(state, normal, params) -> state``, symbolic: resample the momentum (and what
-        goes with it) at the start of a trajectory. The glue applies it when the sampler
+        ``(state, target, normal, params) -> state``, symbolic: resample the momentum (and
+        what goes with it) at the start of a trajectory; ``target`` is there for a metric
+        built from the model. The glue applies it when the sampler
         resamples every trajectory, and after a change of the metric.
     prepare : callable, optional
         ``(state, target, params) -> state``, symbolic: complete the state at the start

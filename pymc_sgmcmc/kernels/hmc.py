@@ -44,7 +44,7 @@ def init(position: Array, normal: Array, params: HMCParams) -> HMCState:
     return HMCState(position, momentum, np.zeros_like(position))
 
 
-def refresh(state: HMCState, normal: Array, params: HMCParams) -> HMCState:
+def refresh(state: HMCState, target: Target, normal: Array, params: HMCParams) -> HMCState:
     """Alg. 1: ``p ~ N(0, M)`` at the start of every trajectory."""
     return state._replace(momentum=params.metric.momentum(state.position, normal))
 

@@ -50,7 +50,7 @@ def init(position: Array, normal: Array, params: SGHMCParams) -> SGHMCState:
     return SGHMCState(position, params.metric.momentum(position, normal))
 
 
-def refresh(state: SGHMCState, normal: Array, params: SGHMCParams) -> SGHMCState:
+def refresh(state: SGHMCState, target: Target, normal: Array, params: SGHMCParams) -> SGHMCState:
     """Algorithm 2's optional step: a fresh momentum ``r ~ N(0, M)``."""
     return state._replace(momentum=params.metric.momentum(state.position, normal))
 

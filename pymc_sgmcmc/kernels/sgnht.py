@@ -47,7 +47,7 @@ def init(position: Array, normal: Array, params: SGNHTParams) -> SGNHTState:
     return SGNHTState(position, momentum, np.array(params.diffusion, dtype=momentum.dtype))
 
 
-def refresh(state: SGNHTState, normal: Array, params: SGNHTParams) -> SGNHTState:
+def refresh(state: SGNHTState, target: Target, normal: Array, params: SGNHTParams) -> SGNHTState:
     """A fresh momentum ``p ~ N(0, M)`` (after the mass changed); ``ξ`` carries on."""
     return state._replace(momentum=params.metric.momentum(state.position, normal))
 

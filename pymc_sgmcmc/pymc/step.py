@@ -224,7 +224,7 @@ class StochasticGradientStep(ArrayStepShared):
         )
         fields = kernel.params_type._fields
         fixed = dict(kernel_params or {})
-        if "metric" in fields and mass_adapter is None:
+        if "metric" in fields and mass_adapter is None and "metric" not in fixed:
             fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
         if "layout" in fields:
             fixed["layout"] = self.layout

@@ -230,21 +230,22 @@ def build_trajectory(
     symbolic_params = tree_replace(params, leaves)
 
     start = kernel.state_type(graph.position, *(inputs[f"state.{n}"] for n in kernel.resamples))
+    estimator = MinibatchGradient(graph)
+    start_record: list[Variable] = []
+    # Refresh and prepare share the rows of the start (reserved only if they use them).
+    start_target = _recording(_lazy(lambda: estimator.target(rows.start_batch())), start_record)
     if kernel.refresh is not None:
         inputs["refresh"] = pt.scalar("refresh", dtype="bool")
         inputs["refresh_noise"] = pt.vector("refresh_noise", dtype=dtype)
-        refreshed = kernel.refresh(start, inputs["refresh_noise"], symbolic_params)
+        refreshed = kernel.refresh(start, start_target, inputs["refresh_noise"], symbolic_params)
         start = type(start)(
             *(
                 old if new is old else pt.switch(inputs["refresh"], new, old)
                 for new, old in zip(refreshed, start, strict=True)
             )
         )
-    estimator = MinibatchGradient(graph)
-    start_record: list[Variable] = []
     if kernel.prepare is not None:
-        target = _recording(_lazy(lambda: estimator.target(rows.start_batch())), start_record)
-        start = kernel.prepare(start, target, symbolic_params)
+        start = kernel.prepare(start, start_target, symbolic_params)
     if kernel.step_noise:
         inputs["noise"] = pt.matrix("noise", dtype=dtype)
     sequences = ([inputs["noise"]] if kernel.step_noise else []) + rows.sequences()
