@@ -63,7 +63,7 @@ def check_count(name: str, value: Any, minimum: int, fix: str) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}. {fix}")
     if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}. {fix}")
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}. {fix}")
     return int(value)
 
 

@@ -37,7 +37,7 @@ from pymc_sgmcmc.adaptation.sample_size import (
     sgnht_test_function,
     subsample_offsets,
 )
-from pymc_sgmcmc.step_methods.em import mass_from_inverse
+from pymc_sgmcmc.metrics import metric_from_inverse as mass_from_inverse
 
 Z_95 = 1.959963984540054
 """z_(1 − α/2) for α = 0.05, written out so the interval is checked by hand."""

@@ -12,7 +12,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.type import RandomGeneratorType
 
 import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.step_methods.model_graph import find_minibatch_groups, flat_logp
+from pymc_sgmcmc.pymc.model_graph import find_minibatch_groups, flat_logp
 
 N_ROWS = 40
 # PyMC evaluates some normalising constants in lower precision than SciPy (a few 1e-8
@@ -185,6 +185,6 @@ def test_minibatch_of_data_container_rereads_rows_after_set_data():
         pm.set_data({"values": np.arange(25.0)})
         step.setup_chain(np.random.default_rng(0), tune=0, draws=1)
     assert step._n_rows == [25]
-    (rows,) = step._draw_indices()
+    (rows,) = step.draw_rows()
     assert rows.max() < 25
     assert model["values"].get_value().shape == (25,)

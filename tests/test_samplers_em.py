@@ -39,7 +39,7 @@ import scipy.stats
 from pymc.exceptions import SamplingError
 
 import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.step_methods import em as em_module
+from pymc_sgmcmc.adaptation import em as em_module
 
 Z_MCSE = 4.5
 """Tolerance in MCSE units. A Gaussian estimate leaves ±4.5 MCSE with probability 7e-6;
@@ -272,7 +272,7 @@ def pair_runs(request, target_model):
     name = request.param
     twin_name, em_name, settings = PAIRS[name]
     with target_model:
-        em = compiled(getattr(pmsg, em_name)(mass="dense", **settings))
+        em = compiled(getattr(pmsg, em_name)(mass_structure="dense", **settings))
         twin = compiled(getattr(pmsg, twin_name)(mass=np.eye(D), **settings))
     return {
         "name": name,
@@ -321,7 +321,7 @@ def test_sgnht_em_is_stable_at_a_larger_step_size(target_model):
     # with friction in the metric of the mass it must sample correctly.
     settings = {"step_size": 0.1, "n_steps": 30, "diffusion": 0.3}
     with target_model:
-        step = compiled(pmsg.SGNHTEM(mass="dense", **settings))
+        step = compiled(pmsg.SGNHTEM(mass_structure="dense", **settings))
     run = run_chains(step, target_model, seed=32)
     assert np.all(stat_last(run["stats"], "divergences") == 0)
     assert np.all(np.isfinite(run["stats"]["thermostat"].values))
@@ -409,16 +409,29 @@ def test_hmc_trajectory_is_reversible_given_the_rows(minibatch_hmc):
     step.setup_chain(rng, tune=0, draws=1)
     position, momentum = np.array([1.3]), np.array([0.8])
     step_size = np.asarray(HMC_MINIBATCH["step_size"], dtype=float)
-    inv_mass = step.mass.inverse
-    zero_noise = np.zeros((step.n_steps, 1))
-    rows = step._draw_indices()
-    end, end_momentum, *_ = step.trajectory_function(
-        position, momentum, step_size, inv_mass, zero_noise, *rows
-    )
+    fn = step.trajectory_function
+
+    def run(start, start_momentum, rows):
+        # refresh=False: the trajectory starts from the given momentum; the gradient is
+        # recomputed at the start (on rows[0] in "step" mode), whatever state.gradient is.
+        inputs = {
+            "position": start,
+            "state.momentum": start_momentum,
+            "state.gradient": np.zeros_like(start),
+            "params.step_size": step_size,
+            "params.metric.inverse": step.mass.inverse,
+            "params.metric.factor": step.mass.factor,
+            "refresh": np.asarray(False),
+            "refresh_noise": np.zeros(1),
+        }
+        inputs.update({f"rows_{k}": r for k, r in enumerate(rows)})
+        outputs = fn.named(**inputs)
+        return outputs["position"], outputs["state.momentum"]
+
+    rows = step.draw_rows()
+    end, end_momentum = run(position, momentum, rows)
     reversed_rows = [r[::-1] for r in rows] if step.minibatch == "step" else rows
-    back, back_momentum, *_ = step.trajectory_function(
-        end, -end_momentum, step_size, inv_mass, zero_noise, *reversed_rows
-    )
+    back, back_momentum = run(end, -end_momentum, reversed_rows)
     assert not np.allclose(end, position)
     np.testing.assert_allclose(back, position, rtol=1e-10)
     np.testing.assert_allclose(-back_momentum, momentum, rtol=1e-10)
@@ -447,7 +460,7 @@ def test_hmc_stats_report_the_full_data_test(minibatch_hmc_run):
 
 # -- mass and E-step statistics ---------------------------------------------------------------
 
-EM_BEHAVIOUR = {"step_size": 0.3, "n_steps": 10, "mass": "diag"}
+EM_BEHAVIOUR = {"step_size": 0.3, "n_steps": 10, "mass_structure": "diag"}
 
 
 @pytest.fixture(scope="module")
@@ -520,7 +533,9 @@ def test_momentum_estimator_runs(target_model):
 def sgnht_em_small(target_model):
     with target_model:
         return compiled(
-            pmsg.SGNHTEM(mass="dense", step_size=0.05, n_steps=10, diffusion=0.3, sample_size=20)
+            pmsg.SGNHTEM(
+                mass_structure="dense", step_size=0.05, n_steps=10, diffusion=0.3, sample_size=20
+            )
         )
 
 
@@ -543,8 +558,8 @@ def test_sampling_state_round_trip_in_the_middle_of_an_e_step(sgnht_em_small, ta
         point, _ = step.step(point)
     state = step.sampling_state
     saved_point = {k: v.copy() for k, v in point.items()}
-    assert state.mass_updates == 1
-    assert 0 < len(state._em_samples) < state.sample_size  # inside an E step
+    assert state.mass_adapter.mass_updates == 1
+    assert 0 < len(state.mass_adapter.em_samples) < state.mass_adapter.sample_size  # in an E step
 
     def continue_chain(point, n=40):
         positions, stats = [], []
@@ -560,7 +575,7 @@ def test_sampling_state_round_trip_in_the_middle_of_an_e_step(sgnht_em_small, ta
     np.testing.assert_array_equal(first[0], second[0])
     np.testing.assert_array_equal(first[2], second[2])
     assert first[1] == second[1]
-    assert first[1][-1]["mass_updates"] > state.mass_updates  # an M step happened
+    assert first[1][-1]["mass_updates"] > state.mass_adapter.mass_updates  # an M step happened
     # Not a trivial equality: continuing from the end of the first run differs.
     third = continue_chain(point)
     assert not np.array_equal(first[0], third[0])
@@ -593,6 +608,9 @@ def describe(kwargs):
     [
         ({"mass": "full"}, ValueError, "mass must be one of"),
         ({"mass": None}, ValueError, "mass must be one of"),
+        ({"mass_structure": "full"}, ValueError, "mass_structure must be one of"),
+        ({"mass_structure": None}, ValueError, "mass_structure must be one of"),
+        ({"mass": np.eye(3)}, TypeError, "pass the starting mass as initial_mass="),
         ({"mass_estimator": "x"}, ValueError, "mass_estimator must be one of"),
         ({"sample_size": 1}, ValueError, "sample_size must be at least 2"),
         ({"sample_size": 2.5}, TypeError, "sample_size must be an integer"),
@@ -602,7 +620,11 @@ def describe(kwargs):
         ({"kappa_exponent": 1.5}, ValueError, "kappa_exponent must lie in"),
         ({"kappa_exponent": "0.7"}, ValueError, "kappa_exponent must lie in"),
         ({"offsets": "x"}, ValueError, "offsets must be one of"),
-        ({"mass": "diag", "initial_mass": np.eye(3)}, ValueError, "initial_mass is a matrix"),
+        (
+            {"mass_structure": "diag", "initial_mass": np.eye(3)},
+            ValueError,
+            "initial_mass is a matrix",
+        ),
     ],
     ids=lambda value: describe(value) if isinstance(value, dict) else None,
 )
@@ -615,9 +637,17 @@ def test_bad_em_input_gives_a_clear_error(em_class, kwargs, error, match, small_
 def test_valid_boundary_values_are_accepted(em_class, small_model):
     with small_model:
         step = getattr(pmsg, em_class)(
-            **EM_CLASSES[em_class], kappa_exponent=1.0, sample_size=2, mass="dense"
+            **EM_CLASSES[em_class], kappa_exponent=1.0, sample_size=2, mass_structure="dense"
         )
-    assert step.kappa_exponent == 1.0 and step.sample_size == 2
+    assert step.mass_adapter.kappa_exponent == 1.0 and step.mass_adapter.sample_size == 2
+    np.testing.assert_array_equal(step.mass.inverse, np.eye(3))
+
+
+@pytest.mark.parametrize("em_class", list(EM_CLASSES))
+def test_the_deprecated_mass_spelling_still_sets_the_structure(em_class, small_model):
+    with small_model, pytest.warns(DeprecationWarning, match="mass_structure="):
+        step = getattr(pmsg, em_class)(**EM_CLASSES[em_class], mass="dense")
+    assert step.mass_adapter.structure == "dense"
     np.testing.assert_array_equal(step.mass.inverse, np.eye(3))
 
 
@@ -673,7 +703,9 @@ def stiff_sghmc_em():
     mean, cov = regression_posterior()
     with pm.Model():
         pm.MvNormal("b", mean, cov)
-        step = compiled(pmsg.SGHMCEM(step_size=2e-3, friction=1.0, n_steps=10, mass="dense"))
+        step = compiled(
+            pmsg.SGHMCEM(step_size=2e-3, friction=1.0, n_steps=10, mass_structure="dense")
+        )
     return step, mean, cov
 
 
@@ -693,7 +725,7 @@ def worst_excursions(step, mean, cov, seeds, n_iterations=1000):
                         excursion = max(excursion, np.max(np.abs(point["b"] - mean) / sd))
             except SamplingError:  # blew up past float range 20 times in a row
                 excursion = np.inf
-        worst.append((excursion, step.mass_rejections))
+        worst.append((excursion, step.mass_adapter.mass_rejections))
     return worst
 
 

@@ -121,7 +121,7 @@ class MassEM(Adapter):
         adapt_during_sampling: bool = False,
     ) -> None:
         self.structure = check_choice(
-            "mass",
+            "mass_structure",
             structure,
             MASS_STRUCTURES,
             "(the structure the EM sampler learns; "

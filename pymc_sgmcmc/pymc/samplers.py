@@ -11,9 +11,11 @@ import warnings
 from typing import Any
 
 from pymc_sgmcmc.adaptation.em import MassEM
+from pymc_sgmcmc.adaptation.mass_em import MASS_STRUCTURES
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.kernels import geodesic, hmc, sghmc, sgld, sgnht
 from pymc_sgmcmc.pymc.step import StochasticGradientStep
+from pymc_sgmcmc.validation import check_choice
 
 COMMON_PARAMETERS_DOC = """
     Other Parameters
@@ -297,6 +299,7 @@ def mass_em_from_kwargs(kwargs: dict[str, Any], sampler: str) -> tuple[MassEM, d
     """
     kwargs = dict(kwargs)
     structure = kwargs.pop("mass_structure", "diag")
+    argument = "mass_structure"
     mass = kwargs.pop("mass", _NOT_GIVEN)
     if mass is not _NOT_GIVEN:
         if mass is not None and not isinstance(mass, str):
@@ -310,7 +313,13 @@ def mass_em_from_kwargs(kwargs: dict[str, Any], sampler: str) -> tuple[MassEM, d
             DeprecationWarning,
             stacklevel=3,
         )
-        structure = mass
+        structure, argument = mass, "mass"
+    check_choice(
+        argument,
+        structure,
+        MASS_STRUCTURES,
+        "(the structure the EM sampler learns; a starting mass goes in initial_mass=).",
+    )
     options = {key: kwargs.pop(key) for key in EM_OPTIONS if key in kwargs}
     options["estimator"] = options.pop("mass_estimator", "position")
     return MassEM(structure=structure, **options), kwargs
