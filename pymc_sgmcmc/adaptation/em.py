@@ -66,9 +66,10 @@ class MassEM(Adapter):
 
     Parameters
     ----------
-    structure : {"diag", "dense"}, default "diag"
-        Structure of the learned mass.
-    estimator : {"position", "momentum"}, default "position"
+    mass_structure : {"diag", "dense"}, default "diag"
+        Structure of the learned mass. (``mass="diag"`` is the samplers' deprecated
+        spelling.)
+    mass_estimator : {"position", "momentum"}, default "position"
         ``M_I^est`` of the M step: the covariance of the stored positions, or (the
         paper's) the inverse covariance of the stored momenta. See ``docs/em.md`` for
         the measurement behind the default.
@@ -93,6 +94,12 @@ class MassEM(Adapter):
     adapt_during_sampling : bool, default False
         Keep learning after tuning (the paper's setting). By default the mass is frozen
         when tuning ends, so the draws come from a fixed Markov kernel.
+
+    Statistics
+    ----------
+    ``mass_updates`` (M steps taken), ``e_step_size`` (the current ``S``),
+    ``mass_condition`` (condition number of ``M⁻¹``) and ``mass_rejections`` (M steps
+    refused by the stiffness check).
     """
 
     _state_class: ClassVar[type[DataClassState]] = MassEMState
@@ -107,8 +114,8 @@ class MassEM(Adapter):
 
     def __init__(
         self,
-        structure: str = "diag",
-        estimator: str = "position",
+        mass_structure: str = "diag",
+        mass_estimator: str = "position",
         initial_mass: Any = None,
         sample_size: int = 100,
         adaptive_sample_size: bool = True,
@@ -122,12 +129,12 @@ class MassEM(Adapter):
     ) -> None:
         self.structure = check_choice(
             "mass_structure",
-            structure,
+            mass_structure,
             MASS_STRUCTURES,
             "(the structure the EM sampler learns; "
             "pass it as mass_structure= and a starting mass as initial_mass=).",
         )
-        self.estimator = check_choice("mass_estimator", estimator, MASS_ESTIMATORS)
+        self.estimator = check_choice("mass_estimator", mass_estimator, MASS_ESTIMATORS)
         self.offset_scheme = check_choice("offsets", offsets, OFFSET_SCHEMES)
         self.initial_sample_size = check_count(
             "sample_size", sample_size, 2, "An M step needs a covariance; the paper uses 100-300."

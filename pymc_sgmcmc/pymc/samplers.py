@@ -44,41 +44,8 @@ COMMON_PARAMETERS_DOC = """
 
 EM_PARAMETERS_DOC = """
     Monte Carlo EM parameters
-    -------------------------
-    mass_structure : {"diag", "dense"}, default "diag"
-        Structure of the learned mass. (``mass="diag"`` is the deprecated spelling.)
-    mass_estimator : {"position", "momentum"}, default "position"
-        ``M_I^est`` of the M step: the covariance of the stored positions, or (the
-        paper's) the inverse covariance of the stored momenta. See ``docs/em.md`` for
-        the measurement behind the default.
-    initial_mass : float or array, optional
-        Mass of the first E step (identity by default), as ``mass`` of the fixed-mass
-        sampler.
-    sample_size : int, default 100
-        ``S_count`` of the first E step (iterations, i.e. draws, per M step).
-    adaptive_sample_size : bool, default True
-        Grow ``S`` by §3.2's rule; False keeps it fixed.
-    sample_size_rule : SampleSizeRule, optional
-        Constants of that rule (``α``, ``S_I``, ceiling).
-    offsets : {"poisson", "fixed"}, default "poisson"
-        Iterations at which the test function is evaluated: ``x_i − 1 ~ Poisson(ν i^d)``
-        gaps, or ``n_subsamples`` evenly spread ones.
-    offset_nu, offset_d : float, default 1.0, 0.5
-        ``ν`` and ``d`` of the Poisson offsets.
-    n_subsamples : int, default 30
-        Number of fixed offsets.
-    kappa_exponent : float, default 0.7
-        ``κ_k = k^(−exponent)`` in eq. 5; must lie in (0.5, 1].
-    adapt_during_sampling : bool, default False
-        Keep learning after tuning (the paper's setting). By default the mass is frozen
-        when tuning ends, so the draws come from a fixed Markov kernel.
-
-    Statistics
-    ----------
-    Besides the fixed-mass sampler's: ``mass_updates`` (M steps taken), ``e_step_size``
-    (the current ``S``), ``mass_condition`` (condition number of ``M⁻¹``) and
-    ``mass_rejections`` (M steps refused by the stiffness check).
-"""
+    -------------------------""" + (MassEM.__doc__ or "").split("----------", 1)[-1]
+"""The EM samplers' extra parameters and statistics: those of :class:`MassEM`."""
 
 EM_OPTIONS = (
     "mass_estimator",
@@ -321,8 +288,7 @@ def mass_em_from_kwargs(kwargs: dict[str, Any], sampler: str) -> tuple[MassEM, d
         "(the structure the EM sampler learns; a starting mass goes in initial_mass=).",
     )
     options = {key: kwargs.pop(key) for key in EM_OPTIONS if key in kwargs}
-    options["estimator"] = options.pop("mass_estimator", "position")
-    return MassEM(structure=structure, **options), kwargs
+    return MassEM(mass_structure=structure, **options), kwargs
 
 
 class HMCEM(HMC):
