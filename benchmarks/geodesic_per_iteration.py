@@ -39,11 +39,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 import pytensor
+from pymc.logprob.transforms import Transform
 
 import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.distributions import sample_vmf
-from pymc_sgmcmc.dynamics.geodesic import project_velocity
-from pymc_sgmcmc.manifolds.sphere import SphereLayout
+from pymc_sgmcmc.distributions import sample_vmf, sphere_transform
 
 N_ROWS, DIM, BATCH_SIZE, N_STEPS = 100_000, 10, 100, 10
 STEP_SIZE, FRICTION = 1e-4, 1.0
@@ -51,13 +50,36 @@ DATA_SEED, CHAIN_SEED = 20160101, 7
 TARGET = 1.5
 
 
-def sphere_model() -> pm.Model:
+class StraightLines(Transform):
+    """The sphere transform under a type of its own, which geodesic samplers do not know.
+
+    The same value variable and log density (hence the same gradients) as with the sphere
+    transform, but a sampler takes its coordinates for unconstrained ones.
+    """
+
+    name = "sphere_on_straight_lines"
+    ndim_supp = sphere_transform.ndim_supp
+
+    def forward(self, value, *inputs):
+        return sphere_transform.forward(value, *inputs)
+
+    def backward(self, value, *inputs):
+        return sphere_transform.backward(value, *inputs)
+
+    def log_jac_det(self, value, *inputs):
+        return sphere_transform.log_jac_det(value, *inputs)
+
+
+def sphere_model(straight_lines: bool = False) -> pm.Model:
+    """``mu`` on S⁹; with ``straight_lines``, the same model with ``mu``'s spheres taken for
+    unconstrained coordinates (see :class:`StraightLines`)."""
     rng = np.random.default_rng(DATA_SEED)
     truth = np.eye(DIM)[-1]
     data = sample_vmf(rng, truth, 5.0, size=N_ROWS)
+    transform = {"default_transform": StraightLines()} if straight_lines else {}
     with pm.Model() as model:
         batch = pm.Minibatch(data, batch_size=BATCH_SIZE)
-        mu = pmsg.VonMisesFisher("mu", mu=np.ones(DIM) / np.sqrt(DIM), kappa=1.0)
+        mu = pmsg.VonMisesFisher("mu", mu=np.ones(DIM) / np.sqrt(DIM), kappa=1.0, **transform)
         pmsg.VonMisesFisher("x", mu=mu, kappa=5.0, observed=batch, total_size=N_ROWS)
     return model
 
@@ -70,13 +92,6 @@ def euclidean_model() -> pm.Model:
         beta = pm.Normal("beta", 0.0, 1.0, shape=DIM)
         pm.Normal("y", beta, 1.0, observed=batch, total_size=N_ROWS)
     return model
-
-
-def on_straight_lines(step):
-    """``step`` with its spheres taken for unconstrained coordinates (before compiling)."""
-    step.layout = SphereLayout.from_blocks([(step.dim, None)])
-    step.manifold_dim = step.dim
-    return step
 
 
 def prepared(step):
@@ -115,16 +130,14 @@ def step_block(step, model: pm.Model, calls: int) -> Callable[[], np.ndarray]:
 
 
 def trajectory_block(step, model: pm.Model, calls: int) -> Callable[[], np.ndarray]:
-    """The compiled trajectory alone, on inputs drawn once the way ``astep`` draws them."""
+    """The compiled trajectory alone, on inputs drawn once the way ``astep`` draws them.
+
+    (SGGMC puts the point on its spheres and projects the velocity inside the compiled
+    trajectory, so that its cost is part of this one.)
+    """
     point = model.initial_point()
     position = np.concatenate([np.ravel(point[v.name]) for v in step.vars])
-    auxiliary = step._refresh_auxiliary(step.auxiliary)
-    if isinstance(step, pmsg.SGGMC):  # on the spheres, with a tangent velocity
-        position = step._on_spheres(position)
-        auxiliary = [project_velocity(position, auxiliary[0], step.layout), *auxiliary[1:]]
-    params = [np.asarray(STEP_SIZE)] + [np.asarray(v) for v in step._parameters().values()]
-    inputs = [position, *auxiliary, *params, step._draw_noise()]
-    inputs += step._draw_indices()
+    inputs = step.trajectory_inputs(position, STEP_SIZE)
     fn = step.trajectory_function
 
     def block() -> np.ndarray:
@@ -143,10 +156,12 @@ def main() -> None:
     repeats, calls = (5, 500) if args.quick else (15, 2000)
 
     sphere, euclid = sphere_model(), euclidean_model()
+    lines = sphere_model(straight_lines=True)
     kwargs = dict(step_size=STEP_SIZE, n_steps=N_STEPS, friction=FRICTION)
     with sphere:
         sggmc = prepared(pmsg.SGGMC(**kwargs))
-        sggmc_lines = prepared(on_straight_lines(pmsg.SGGMC(**kwargs)))
+    with lines:
+        sggmc_lines = prepared(pmsg.SGGMC(**kwargs))
     with euclid:
         sghmc = prepared(pmsg.SGHMC(**kwargs))
         sggmc_flat = prepared(pmsg.SGGMC(**kwargs))
@@ -162,7 +177,7 @@ def main() -> None:
         )
     ]
     trajectories.append(
-        Case("SGGMC, S⁹ model on straight lines", trajectory_block(sggmc_lines, sphere, calls))
+        Case("SGGMC, S⁹ model on straight lines", trajectory_block(sggmc_lines, lines, calls))
     )
     for case in cases + trajectories:
         case.block()  # warm-up: first calls, caches

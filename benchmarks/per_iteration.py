@@ -22,16 +22,35 @@ memory check of ``benchmarks/memory.py`` (in fresh processes).
     bash run.sh bench              # the full run, a few minutes
     bash run.sh bench --quick      # fewer and shorter blocks
     bash run.sh bench --no-memory  # skip the memory check
+
+With ``--baseline DIR`` (a checkout of an older revision, e.g. ``git worktree add DIR
+<commit>``) the script instead compares the package here with the one in DIR, in one
+run: per draw of ``step.step(point)`` in a loop and of ``pm.sample`` (tune=0, one chain,
+compilation and fixed cost excluded) for SGHMC (both minibatch modes), SGLD, SGNHT, HMC,
+SGNHT-EM (default options; ``step.step`` while it learns its mass, ``pm.sample`` with the
+mass frozen) on the problem above, and SGGMC on the sphere problem of
+``geodesic_per_iteration.py``. Each revision runs in a process of its own (both are
+called ``pymc_sgmcmc``) and uses only what both offer: the samplers' constructors,
+``step.step`` and ``pm.sample``. The blocks of the two alternate (new, old, old, new,
+...), with the same number of draws; the table gives each revision's median block, the
+median over rounds of the ratio new/old within a round, and a distribution-free interval
+for that median (the noise). About 3 minutes (a few more with cold compiler caches):
+
+    bash run.sh bench --baseline /tmp/sgmcmc_before
+    bash run.sh bench --baseline DIR --rounds 31 --block-seconds 0.3   # tighter
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -196,35 +215,27 @@ def step_loop(step: pmsg.SGHMC, point: dict, calls_per_iteration: int = 1):
     return run
 
 
-def trajectory_inputs(step: pmsg.SGHMC, position, auxiliary=None, indices=None) -> list:
-    """The inputs ``astep`` passes to the compiled trajectory, drawn the way it draws them.
-
-    Uses the same private helpers as ``StochasticGradientStep.astep``, so the bare calls
-    and the breakdown draw exactly what a chain draws (keep in step with ``astep``).
-    """
-    params = [np.asarray(step.schedule(0), dtype=position.dtype)]
-    params += [np.asarray(v) for v in step._parameters().values()]
-    noise = step._draw_noise()
-    if auxiliary is None:
-        auxiliary = step._refresh_auxiliary(step.auxiliary)
-    if indices is None:
-        indices = step._draw_indices()
-    return [position, *auxiliary, *params, noise, *indices]
-
-
 def bare_call_loop(step: pmsg.SGHMC, position: np.ndarray, calls_per_iteration: int):
     """Bare compiled calls in a loop, fresh noise and rows each call, no PyMC around them.
 
-    Position and momentum carry over from call to call, as in one long trajectory.
+    Position and momentum carry over from call to call, as in one long trajectory. The
+    inputs are those ``astep`` passes (``step.trajectory_inputs``, drawn the way it draws
+    them), with the carried momentum in place of the chain's.
     """
     fn = step.trajectory_function
-    state = {"position": position, "auxiliary": step._fresh_auxiliary()}
+    momentum_at = fn.input_names.index("state.momentum")
+    out_position, out_momentum = fn.index["position"], fn.index["state.momentum"]
+    fresh = step.kernel.init(position, step.rng.standard_normal(step.dim), step.params)
+    state = {"position": position, "momentum": fresh.momentum}
 
     def run(n: int) -> None:
-        q, auxiliary = state["position"], state["auxiliary"]
+        q, momentum = state["position"], state["momentum"]
         for _ in range(n * calls_per_iteration):
-            q, *auxiliary, _ = fn(*trajectory_inputs(step, q, auxiliary))
-        state["position"], state["auxiliary"] = q, auxiliary
+            inputs = step.trajectory_inputs(q, STEP_SIZE)
+            inputs[momentum_at] = momentum
+            outputs = fn(*inputs)
+            q, momentum = outputs[out_position], outputs[out_momentum]
+        state["position"], state["momentum"] = q, momentum
 
     return run
 
@@ -232,7 +243,9 @@ def bare_call_loop(step: pmsg.SGHMC, position: np.ndarray, calls_per_iteration: 
 # -- (b) pm.sample ------------------------------------------------------------------------------
 
 
-def sample_draws(model: pm.Model, step: pmsg.SGHMC, draws: int, seed: int, start: dict):
+def sample_draws(
+    model: pm.Model, step: pmsg.SGHMC, draws: int, seed: int, start: dict | None, **kwargs
+):
     """One chain of ``pm.sample``; the MultiTrace keeps the conversion out of the timing."""
     with warnings.catch_warnings():
         # return_inferencedata=False is deprecated in PyMC 6, and short chains warn
@@ -251,6 +264,7 @@ def sample_draws(model: pm.Model, step: pmsg.SGHMC, draws: int, seed: int, start
             quiet=True,
             compute_convergence_checks=False,
             return_inferencedata=False,
+            **kwargs,
         )
 
 
@@ -389,9 +403,12 @@ def breakdown(
     fn = step.trajectory_function
     # Index sets drawn in advance and cycled through: fresh rows at every call (the
     # gather is as cache-cold as in a chain) without paying for the draw.
-    pool = [step._draw_indices() for _ in range(512)]
-    inputs = trajectory_inputs(step, q.data, indices=pool[0])
-    head = inputs[: len(inputs) - len(pool[0])]  # everything but the row indices
+    pool = [step.draw_rows() for _ in range(512)]
+    n_groups = len(pool[0])
+    # The inputs astep passes, drawn the way it draws them; the rows come last.
+    assert all(name.startswith("rows_") for name in fn.input_names[-n_groups:])
+    head = step.trajectory_inputs(q.data, STEP_SIZE)[:-n_groups]  # all but the rows
+    inputs = head + pool[0]
 
     def cycling(f: Callable[[list], object]) -> Callable[[int], None]:
         def run(n: int) -> None:
@@ -400,10 +417,8 @@ def breakdown(
 
         return run
 
-    def draws() -> None:  # what astep draws before its call
-        step._draw_indices()
-        step._draw_noise()
-        step._refresh_auxiliary(step.auxiliary)
+    def draws() -> None:  # what astep draws before its call: rows, noise, momentum
+        step.trajectory_inputs(q.data, STEP_SIZE)
 
     def gather(indices: list) -> None:
         X[indices[0]], y[indices[0]]
@@ -417,16 +432,19 @@ def breakdown(
         GATHER_FRESH: cycling(gather),
         GATHER_SAME: repeat(lambda: gather(pool[0])),
     }
-    jit_fn = getattr(fn.vm, "jit_fn", None)  # PyTensor internals: the Numba function itself
+    vm = fn.function.vm  # PyTensor internals: the Numba function itself
+    jit_fn = getattr(vm, "jit_fn", None)
     if jit_fn is not None:
         # Its inputs are the Function's inputs followed by the shared data arrays.
-        raw = inputs + [storage[0] for storage in fn.vm.inputs[len(inputs) :]]
+        raw = inputs + [storage[0] for storage in vm.inputs[len(inputs) :]]
         # The number of steps is the number of noise rows: the same function runs one step.
-        noise_at = len(head) - 1
+        noise_at = fn.input_names.index("noise")
         one = list(raw)
         one[noise_at] = raw[noise_at][:1]
         if step.minibatch == "step":
-            one[len(head) : len(inputs)] = [i[:1] for i in pool[0]]
+            # Rows of shape (n_steps [+ rows for the start], B): keep those of one step.
+            keep = len(pool[0][0]) - step.n_steps + 1
+            one[len(head) : len(inputs)] = [i[:keep] for i in pool[0]]
         parts[NUMBA_SAME] = repeat(lambda: jit_fn(*raw))
         parts[NUMBA_ONE] = repeat(lambda: jit_fn(*one))
     cases = {
@@ -571,12 +589,316 @@ def sanity(traces: dict, jax_draws: dict, centre: np.ndarray, sd: np.ndarray) ->
     return "; ".join(parts)
 
 
+# -- side by side with an older revision (--baseline DIR) ---------------------------------
+
+# Both revisions are called pymc_sgmcmc, so each runs in a worker process of its own (this
+# script with --worker) whose PYTHONPATH starts at its tree. The workers set everything up
+# and compile; then the parent has them time one block at a time, alternately (new, old,
+# old, new, ...), so that a busy phase of the machine hits both revisions alike. The
+# workers use only what both revisions offer: the samplers' constructors (with defaults
+# wherever the two differ), step.step and pm.sample. They run with one BLAS thread.
+
+WORKER_TAG = "@side-by-side "
+REVISIONS = ("new", "old")
+BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One side-by-side measurement: a sampler on a problem, timed one way.
+
+    ``kind`` is ``"step"`` (``step.step(point)`` in a loop) or ``"sample"`` (per draw of
+    ``pm.sample``, tune=0, one chain, its fixed cost excluded: see ``sample_block``).
+    Quantities with the same ``share`` key time one step method; ``None``: a step method
+    of its own (an EM sampler learns its mass in ``step.step``, and ``pm.sample`` would
+    end that by resetting the chain).
+    """
+
+    label: str
+    sampler: str
+    problem: str
+    kind: str
+    kwargs: tuple[tuple[str, object], ...] = ()
+    share: str | None = None
+
+
+def side_by_side_quantities() -> list[Quantity]:
+    """What ``--baseline`` compares (see the module docstring)."""
+    sghmc = {"friction": FRICTION}
+    rows = []
+    for mode in MODES:
+        kwargs = tuple((sghmc | {"minibatch": mode}).items())
+        for kind in ("step", "sample"):
+            rows.append(Quantity(f"SGHMC per {mode}", "SGHMC", "logistic", kind, kwargs, mode))
+    for sampler in ("SGLD", "SGNHT", "HMC"):
+        rows += [Quantity(sampler, sampler, "logistic", k, (), sampler) for k in ("step", "sample")]
+    # An EM sampler with its default options: step.step on a step method in its tuning
+    # phase (the mass is learned, M steps included), pm.sample with tune=0 (mass frozen).
+    rows += [
+        Quantity("SGNHT-EM, learning", "SGNHTEM", "logistic", "step"),
+        Quantity("SGNHT-EM, mass frozen", "SGNHTEM", "logistic", "sample"),
+    ]
+    kwargs = tuple(sghmc.items())
+    rows += [
+        Quantity("SGGMC on S⁹", "SGGMC", "sphere", k, kwargs, "SGGMC") for k in ("step", "sample")
+    ]
+    return rows
+
+
+def worker() -> None:
+    """``--worker``: set up every quantity, then time the blocks the parent asks for."""
+    import logging
+
+    warnings.simplefilter("ignore")  # divergence and deprecation warnings alike
+    logging.getLogger("pymc").setLevel(logging.ERROR)
+
+    def send(message: dict) -> None:
+        print(WORKER_TAG + json.dumps(message), flush=True)
+
+    X, y = make_data(N_ROWS, N_FEATURES, DATA_SEED)
+    centre, _ = laplace_reference(X, y)
+    from geodesic_per_iteration import sphere_model  # this folder: sys.path[0]
+
+    models = {"logistic": logistic_model(X, y, BATCH_SIZE), "sphere": sphere_model()}
+    starts = {"logistic": {"beta": centre}, "sphere": models["sphere"].initial_point()}
+    quantities = side_by_side_quantities()
+    shared: dict[str, object] = {}
+    blocks: list[Callable[[int], np.ndarray]] = []
+    for k, q in enumerate(quantities):
+        model, start = models[q.problem], starts[q.problem]
+        step = shared.get(q.share) if q.share else None
+        if step is None:
+            step = getattr(pmsg, q.sampler)(
+                step_size=STEP_SIZE,
+                n_steps=N_STEPS,
+                model=model,
+                rng=np.random.default_rng(CHAIN_SEED + k),
+                **dict(q.kwargs),
+            )
+            if q.share:
+                shared[q.share] = step
+        if q.kind == "step":
+            run = step_loop(step, {name: np.copy(v) for name, v in start.items()})
+            blocks.append(lambda n, run=run: per_iteration(run, n)())
+        else:
+            blocks.append(sample_block(model, step, start if q.problem == "logistic" else None))
+        blocks[-1](20)  # compiles the trajectory (Numba JIT) and warms PyMC up
+    send({"ready": True, "file": pmsg.__file__, "environment": environment()})
+    for line in sys.stdin:
+        command = json.loads(line)
+        if command.get("stop"):
+            break
+        send({"times": blocks[command["quantity"]](command["n"]).tolist()})
+
+
+def sample_block(model: pm.Model, step, start: dict | None) -> Callable[[int], np.ndarray]:
+    """(wall, CPU) µs per draw of ``pm.sample`` over ``n`` draws, its fixed cost excluded.
+
+    The clocks are read at every draw by ``pm.sample``'s ``callback``: from the first draw
+    to the last, ``n`` draws of PyMC's loop (``step.step``, the trace, the statistics).
+    Unlike the difference of a long and a short run (``pm_sample_block``), no spike of
+    the fixed cost (the initial point, the trace's set-up) can leak into the result.
+    """
+    seeds = iter(range(10**6))
+
+    def block(n: int) -> np.ndarray:
+        stamps = []
+        sample_draws(
+            model, step, n + 1, next(seeds), start, callback=lambda **_: stamps.append(clocks())
+        )
+        return (stamps[-1] - stamps[0]) / n * 1e6
+
+    return block
+
+
+class Worker:
+    """A ``--worker`` process on one revision's tree."""
+
+    def __init__(self, tree: Path) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH", "")])])
+        # One BLAS thread: after a large product (HMC's full-data test) idle BLAS threads
+        # spin for a while, and their CPU time would land on whichever block comes next.
+        env |= dict.fromkeys(BLAS_THREADS, "1")
+        self.tree = tree.resolve()
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tempfile.gettempdir(),  # no pymc_sgmcmc folder in the way
+        )
+
+    def receive(self) -> dict:
+        for line in self.process.stdout:
+            if line.startswith(WORKER_TAG):
+                return json.loads(line[len(WORKER_TAG) :])
+        raise RuntimeError(f"the worker on {self.tree} stopped (exit {self.process.wait()})")
+
+    def ready(self) -> list[str]:
+        message = self.receive()
+        package = Path(message["file"]).resolve()
+        if self.tree not in package.parents:
+            raise RuntimeError(f"the worker on {self.tree} imported {package} instead")
+        return message["environment"]
+
+    def time(self, quantity: int, n: int) -> np.ndarray:
+        self.process.stdin.write(json.dumps({"quantity": quantity, "n": n}) + "\n")
+        self.process.stdin.flush()
+        return np.array(self.receive()["times"])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.write(json.dumps({"stop": True}) + "\n")
+            self.process.stdin.close()
+        self.process.wait()
+
+
+def median_interval(values: list[float], coverage: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval for the median (order statistics): (low, high, coverage).
+
+    With ``n`` values, ``[x₍ₖ₎, x₍ₙ₋ₖ₊₁₎]`` covers the median with probability
+    ``1 − 2 P(Bin(n, ½) < k)``; ``k`` is the largest that keeps this ≥ ``coverage``
+    (at least 1: the range, whatever its coverage).
+    """
+    x, n = sorted(values), len(values)
+
+    def below(k: int) -> float:  # P(Bin(n, ½) < k)
+        return sum(math.comb(n, j) for j in range(k)) / 2**n
+
+    k = 1
+    while k < (n + 1) // 2 and below(k + 1) <= (1 - coverage) / 2:
+        k += 1
+    return x[k - 1], x[n - k], 1 - 2 * below(k)
+
+
+def side_by_side(baseline: Path, rounds: int, block_seconds: float) -> None:
+    """Time the current tree and ``baseline`` in alternating blocks; print new/old."""
+    trees = {"new": Path(__file__).resolve().parents[1], "old": baseline.resolve()}
+    quantities = side_by_side_quantities()
+    print(f"Side by side: new = {trees['new']}, old = {trees['old']} (one BLAS thread each)")
+    print(
+        f"Setting up both revisions in worker processes ({len(quantities)} quantities: "
+        "compilation, warm-up) ...",
+        flush=True,
+    )
+    workers = {rev: Worker(tree) for rev, tree in trees.items()}
+    try:
+        for rev, w in workers.items():
+            print(f"{rev}: " + "; ".join(w.ready()))
+        # Block sizes: from a first timing of each quantity on both revisions, the same
+        # number of draws for both, about block_seconds of draws per block.
+        sizes = []
+        for k in range(len(quantities)):
+            per_draw = max(float(w.time(k, 50)[1]) for w in workers.values())
+            sizes.append(int(min(max(block_seconds * 1e6 / max(per_draw, 1.0), 10), 20_000)))
+        print(
+            f"Load average (1 min) before timing: {os.getloadavg()[0]:.2f}. Timing "
+            f"{rounds} rounds of {len(quantities)} × 2 blocks (~{block_seconds:g} s of "
+            "draws each) ...",
+            flush=True,
+        )
+        times: dict[str, list[list[np.ndarray]]] = {
+            rev: [[] for _ in quantities] for rev in REVISIONS
+        }
+        for r in range(rounds):
+            for k, n in enumerate(sizes):
+                for rev in REVISIONS if (r + k) % 2 == 0 else REVISIONS[::-1]:
+                    times[rev][k].append(workers[rev].time(k, n))
+    finally:
+        for w in workers.values():
+            w.stop()
+    print_side_by_side(quantities, sizes, times, rounds)
+    print(f"Load average (1 min) after timing: {os.getloadavg()[0]:.2f}")
+
+
+def print_side_by_side(
+    quantities: list[Quantity], sizes: list[int], times: dict, rounds: int
+) -> None:
+    coverage = median_interval([0.0] * rounds)[2]
+    rows, slower = [], []
+    for k, (q, n) in enumerate(zip(quantities, sizes, strict=True)):
+        new, old = (np.array(times[rev][k]) for rev in REVISIONS)  # (round, [wall, CPU])
+        cpu_ratios = list(new[:, 1] / old[:, 1])
+        low, high, _ = median_interval(cpu_ratios)
+        median = statistics.median(cpu_ratios)
+        label = f"{q.label}: " + ("step.step" if q.kind == "step" else "pm.sample, per draw")
+        if low > 1:
+            verdict = "SLOWER"
+            slower.append(label)
+        elif high < 1:
+            verdict = "faster"
+        else:
+            verdict = "same (within noise)"
+        rows.append(
+            (
+                label,
+                f"{n:,}",
+                f"{np.median(new[:, 1]):.1f}",
+                f"{np.median(old[:, 1]):.1f}",
+                f"{median:.3f}",
+                f"{low:.3f}–{high:.3f}",
+                f"{min(cpu_ratios):.2f}–{max(cpu_ratios):.2f}",
+                f"{statistics.median(new[:, 0] / old[:, 0]):.3f}",
+                verdict,
+            )
+        )
+    print_table(
+        f"New / old revision, µs per draw (CPU time), logistic regression N={N_ROWS:,}, "
+        f"D={N_FEATURES} (SGGMC: vMF on S⁹, N={N_ROWS:,}), batch {BATCH_SIZE}, L={N_STEPS}: "
+        f"medians of {rounds} rounds of alternating blocks, one run; ratio = median over "
+        f"rounds of new/old in the same round, with a {100 * coverage:.0f} % interval",
+        rows,
+        (
+            "quantity",
+            "draws/block",
+            "new µs",
+            "old µs",
+            "new/old",
+            "interval",
+            "min–max",
+            "wall new/old",
+            "verdict",
+        ),
+    )
+    print(
+        "Interval: distribution-free interval for the median of the per-round CPU ratios "
+        "(order statistics); SLOWER / faster: the whole interval above / below 1. Over "
+        f"{len(quantities)} quantities an interval misses now and then by chance: a lone "
+        "verdict near 1 wants a second run (or more --rounds) before it counts."
+    )
+    if slower:
+        print("Slower beyond noise: " + "; ".join(slower))
+    else:
+        print("No quantity is slower beyond noise.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer and shorter blocks")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the breakdown")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory check")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="instead, compare with the package in DIR (a checkout of an older revision)",
+    )
+    parser.add_argument("--rounds", type=int, help="--baseline: rounds of blocks (21)")
+    parser.add_argument(
+        "--block-seconds", type=float, help="--baseline: draws per block, in seconds (0.25)"
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker()
+        return
+    if args.baseline is not None:
+        rounds = args.rounds or (5 if args.quick else 21)
+        block_seconds = args.block_seconds or (0.05 if args.quick else 0.25)
+        side_by_side(args.baseline, rounds, block_seconds)
+        return
     sizes = Sizes.from_args(args.quick)
 
     print(*environment(), sep="\n")

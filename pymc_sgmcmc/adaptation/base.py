@@ -88,7 +88,7 @@ class Adapter(WithSamplingState):
     stats_dtypes_shapes: ClassVar[dict[str, tuple[Any, list]]] = {}
 
     learns: ClassVar[bool] = False
-    """Whether :meth:`update` does anything (the step skips the call otherwise)."""
+    """Whether :meth:`update` ever does anything (the step never calls it otherwise)."""
 
     needs_gradient: ClassVar[bool] = False
     """Whether :meth:`update` uses ``IterationResult.gradient`` (the kernel must then
@@ -96,6 +96,10 @@ class Adapter(WithSamplingState):
 
     def init_chain(self, chain: ChainContext) -> None:
         """Reset for a new chain."""
+
+    def active(self, tune: bool) -> bool:
+        """Whether :meth:`update` would learn at an iteration with this ``tune`` flag."""
+        return self.learns and tune
 
     def update(self, result: IterationResult, chain: ChainContext) -> frozenset[str]:
         """Learn from one iteration; return the names of the parameters that changed."""

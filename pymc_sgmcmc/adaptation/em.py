@@ -200,9 +200,13 @@ class MassEM(Adapter):
 
     # -- the E step ------------------------------------------------------------------
 
+    def active(self, tune: bool) -> bool:
+        """Learning during tuning, and after it with ``adapt_during_sampling``."""
+        return tune or self.adapt_during_sampling
+
     def update(self, result: IterationResult, chain: ChainContext) -> frozenset[str]:
         """Store the iteration's sample; at the end of an E step, take an M step."""
-        if not (result.tune or self.adapt_during_sampling):
+        if not self.active(result.tune):
             return frozenset()
         # No copies: the arrays come fresh from the compiled call. This runs at every
         # iteration and must cost little next to a trajectory.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace
@@ -32,20 +34,35 @@ class MinibatchGradient:
         """The target on ``batch`` (one array per placeholder, in the groups' order)."""
         rows = dict(zip(self.placeholders, batch, strict=True))
         position = self.graph.position
-
-        def logp(x: Variable) -> Variable:
-            return clone_replace(self.graph.logp, {position: x, **rows})
-
-        def grad(x: Variable) -> Variable:
-            return clone_replace(self.gradient, {position: x, **rows})
-
-        return Target(logp=logp, grad=grad)
+        return Target(
+            logp=_once_per_position(
+                lambda x: clone_replace(self.graph.logp, {position: x, **rows})
+            ),
+            grad=_once_per_position(lambda x: clone_replace(self.gradient, {position: x, **rows})),
+        )
 
 
 def exact_target(logp: Variable, position: Variable) -> Target:
     """The target of a log density graph with no minibatch in it (e.g. the full data)."""
     gradient = pt.grad(logp, position)
     return Target(
-        logp=lambda x: clone_replace(logp, {position: x}),
-        grad=lambda x: clone_replace(gradient, {position: x}),
+        logp=_once_per_position(lambda x: clone_replace(logp, {position: x})),
+        grad=_once_per_position(lambda x: clone_replace(gradient, {position: x})),
     )
+
+
+def _once_per_position(build: Callable[[Variable], Variable]) -> Callable[[Variable], Variable]:
+    """``build`` that returns the same graph when asked twice at the same position.
+
+    PyTensor does not always merge two copies of a graph fed by a ``scan`` output: an
+    energy and a log density at the trajectory's end were computed twice, a full pass
+    over the data each (measured: HMC 1.4x slower per draw).
+    """
+    built: dict[Variable, Variable] = {}
+
+    def at(x: Variable) -> Variable:
+        if x not in built:
+            built[x] = build(x)
+        return built[x]
+
+    return at

@@ -405,11 +405,15 @@ class StochasticGradientStep(ArrayStepShared):
             self.refresh_pending = False
         inputs = [position, *self.kernel_state[1:], np.asarray(step_size, dtype=self._dtype)]
         inputs += self._param_arrays
-        n_normal = (kernel.refresh is not None) + (self.n_steps if kernel.step_noise else 0)
+        refresh = kernel.refresh is not None and (
+            self.refresh_every_trajectory or self.refresh_pending
+        )
+        n_normal = refresh + (self.n_steps if kernel.step_noise else 0)
         normal = self._normal(n_normal, self.dim) if n_normal else None
         if kernel.refresh is not None:
-            refresh = self.refresh_every_trajectory or self.refresh_pending
-            inputs += [np.asarray(refresh), normal[0]]
+            # Without a refresh its noise is not used: no draw for it.
+            noise = normal[0] if refresh else np.zeros(self.dim, dtype=self._dtype)
+            inputs += [np.asarray(refresh), noise]
         if kernel.step_noise:
             inputs.append(normal[-self.n_steps :])
         return inputs + self.draw_rows()
@@ -485,7 +489,7 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
         """Hand the finished iteration to the adapters that learn; re-read what changed."""
-        learning = [a for a in self._adapters if a.learns]
+        learning = [a for a in self._adapters if a.active(self.tune)]
         if not learning:
             return
         result = IterationResult(
