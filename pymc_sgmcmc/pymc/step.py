@@ -208,6 +208,9 @@ class StochasticGradientStep(ArrayStepShared):
                 f"which the {kernel.name} kernel does not evaluate."
             )
         self.refresh_every_trajectory = bool(refresh_every_trajectory)
+        self._learning_adapters = tuple(
+            a for a in (self.step_size_adapter, mass_adapter) if a is not None and a.learns
+        )
         self._model = model
         if initial_point is None:
             initial_point = model.initial_point()
@@ -319,7 +322,9 @@ class StochasticGradientStep(ArrayStepShared):
         )
         # Inside the model's context, PyMC's compile honours its check_bounds setting.
         with self._model:
-            return compile_trajectory(inputs, outputs, rows, self._compile_kwargs)
+            compiled = compile_trajectory(inputs, outputs, rows, self._compile_kwargs)
+        compiled.row_shapes = [rows.shape(self.n_steps, g.batch_size) for g in self._flat.groups]
+        return compiled
 
     @property
     def _record_gradient(self) -> bool:
@@ -335,7 +340,12 @@ class StochasticGradientStep(ArrayStepShared):
     # -- chain life cycle ------------------------------------------------------------
 
     def _chain_context(self) -> ChainContext:
-        return ChainContext(self.rng, self.dim, self._dtype, type(self).__name__)
+        # Cached: built at every iteration it cost a microsecond. Rebuilt when the
+        # generator is replaced (setup_chain, sampling_state).
+        chain = self.__dict__.get("_chain")
+        if chain is None or chain.rng is not self.rng:
+            chain = self._chain = ChainContext(self.rng, self.dim, self._dtype, type(self).__name__)
+        return chain
 
     def _reset_chain(self) -> None:
         self.iteration = 0
@@ -384,11 +394,9 @@ class StochasticGradientStep(ArrayStepShared):
 
     def draw_rows(self) -> list[np.ndarray]:
         """Rows of every minibatch of one trajectory, with replacement as pm.Minibatch."""
-        rows = self.trajectory_function.rows
-        return [
-            self.rng.integers(0, n_rows, size=rows.shape(self.n_steps, group.batch_size))
-            for group, n_rows in zip(self._flat.groups, self._n_rows, strict=True)
-        ]
+        shapes = self.trajectory_function.row_shapes
+        integers = self.rng.integers
+        return [integers(0, n, size=shape) for n, shape in zip(self._n_rows, shapes, strict=True)]
 
     def _normal(self, *shape: int) -> np.ndarray:
         return self.rng.standard_normal(shape).astype(self._dtype, copy=False)
@@ -426,15 +434,18 @@ class StochasticGradientStep(ArrayStepShared):
         outputs = fn(*self.trajectory_inputs(q0.data, step_size))
         self.refresh_pending = False
         self.iteration += 1
-        n_fields = len(kernel.state_type._fields)
-        end = kernel.state_type(*outputs[:n_fields])
+        n_fields = len(end_fields := outputs[: len(kernel.state_type._fields)])
+        end = kernel.state_type(*end_fields)
         logp = outputs[n_fields]
         gradient = outputs[fn.index["gradient"]] if self._record_gradient else None
         stats: dict[str, Any] = {"step_size": step_size, "n_steps": self.n_steps}
         if kernel.energy is None:
             # One reduction instead of a pass per array: a sum is finite only if every
             # term is (a finite overflow to inf is a blown-up trajectory all the same).
-            diverging = not math.isfinite(logp + sum(float(np.sum(a)) for a in end))
+            total = float(logp)
+            for field in end_fields:
+                total += field.sum()
+            diverging = not math.isfinite(total)
             finite = not diverging
             accept = 1.0
             if diverging:
@@ -454,8 +465,10 @@ class StochasticGradientStep(ArrayStepShared):
         stats["minibatch_logp"] = float(logp) if finite else np.nan
         stats["diverging"] = diverging
         stats["divergences"] = self.divergences
-        stats.update(kernel.stats(end, self.params))
-        self._adapt(end, gradient, diverging, accept)
+        if kernel.stats_dtypes:
+            stats.update(kernel.stats(end, self.params))
+        if self._learning_adapters:
+            self._adapt(end, gradient, diverging, accept)
         if self.mass_adapter is not None:
             stats.update(self.mass_adapter.stats())
         return RaveledVars(end.position, q0.point_map_info), [stats]
@@ -489,7 +502,7 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
         """Hand the finished iteration to the adapters that learn; re-read what changed."""
-        learning = [a for a in self._adapters if a.active(self.tune)]
+        learning = [a for a in self._learning_adapters if a.active(self.tune)]
         if not learning:
             return
         result = IterationResult(
@@ -503,7 +516,7 @@ class StochasticGradientStep(ArrayStepShared):
             accept=accept,
         )
         chain = self._chain_context()
-        changed: set[str] = set()
+        changed: frozenset[str] = frozenset()
         for adapter in learning:
             changed |= adapter.update(result, chain)
         if changed:

@@ -143,6 +143,8 @@ class CompiledTrajectory:
     output_names: tuple[str, ...]
     rows: Rows
     index: dict[str, int] = field(init=False)
+    row_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    """Shapes of the ``rows_<k>`` inputs (set by the step method, which knows the sizes)."""
 
     def __post_init__(self) -> None:
         self.index = {name: k for k, name in enumerate(self.output_names)}
