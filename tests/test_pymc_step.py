@@ -744,3 +744,25 @@ def test_hmc_full_data_density_of_a_transformed_variable():
         + st.norm(mu_value, np.exp(log_sigma)).logpdf(y).sum()
     )
     np.testing.assert_allclose(logp_start, expected, rtol=1e-9)
+
+
+# -- interruption ---------------------------------------------------------------------
+
+
+def test_an_interrupted_run_hands_back_the_draws_so_far(gaussian_model):
+    # Ctrl-C in pm.sample: as with NUTS, the draws made so far come back, usable.
+    with gaussian_model:
+        step = pmsg.SGHMC(step_size=0.1, n_steps=5)
+    iterations = []
+
+    def interrupt_after_40(trace, draw):
+        iterations.append(draw)
+        if len(iterations) == 40:
+            raise KeyboardInterrupt
+
+    idata = sample(step, gaussian_model, draws=100, tune=20, callback=interrupt_after_40)
+    theta = draws_of(idata, "theta")
+    assert theta.shape == (1, 20, 2)  # 20 tuning iterations, then 20 kept draws
+    assert np.all(np.isfinite(theta)) and len(np.unique(theta[0, :, 0])) == 20
+    assert stat(idata, "diverging").shape == (1, 20)
+    assert az.summary(idata).shape[0] == 2

@@ -450,8 +450,9 @@ def test_check_rejects_minibatch_without_total_size():
     # Without total_size the minibatch likelihood counts B = 20 rows instead of N = 100:
     # the posterior is pulled toward the prior (mean 0.94 instead of 1.69, sd 1.49 instead
     # of 0.89). A failure of this kind is what the mean check is for.
+    # The samplers refuse such a model unless told it is meant (test_pymc_data_checks.py).
     model = normal_mean_model(minibatch=True, total_size=False)
-    settings = SETTINGS["normal"]["SGLD"]
+    settings = SETTINGS["normal"]["SGLD"] | {"allow_missing_total_size": True}
     draws = sample(model, pmsg.SGLD, settings, seed=202)
     with pytest.raises(AssertionError, match=r"FAIL mu mean: "):
         check_normal_mean(draws, "SGLD", settings, grad_noise_var=MINIBATCH_GRAD_VAR)

@@ -36,6 +36,7 @@ from pymc_sgmcmc.adaptation.step_size import StepSizeAdapter
 from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
 from pymc_sgmcmc.metrics.euclidean import euclidean_metric
+from pymc_sgmcmc.pymc.data_checks import check_minibatched_data, data_value
 from pymc_sgmcmc.pymc.model_graph import FlatLogp, flat_logp, full_data_logp, is_sphere_valued
 from pymc_sgmcmc.pymc.spheres import sphere_layout
 from pymc_sgmcmc.pymc.trajectory import (
@@ -111,6 +112,9 @@ class StochasticGradientStep(ArrayStepShared):
         Apply the kernel's ``refresh`` (fresh momentum) at the start of every trajectory.
     step_jitter : float
         Relative spread of the per-trajectory step size (0: none).
+    allow_missing_total_size : bool
+        Accept an observed variable fed by ``pm.Minibatch`` without ``total_size`` (its
+        likelihood then counts one minibatch, not the data). Refused by default.
     model, blocked, rng, initial_point
         As for PyMC's step methods.
     compile_kwargs : dict, optional
@@ -176,6 +180,7 @@ class StochasticGradientStep(ArrayStepShared):
         mass_adapter: Adapter | None = None,
         refresh_every_trajectory: bool = False,
         step_jitter: float = 0.0,
+        allow_missing_total_size: bool = False,
         model=None,
         blocked: bool = True,
         rng=None,
@@ -236,7 +241,10 @@ class StochasticGradientStep(ArrayStepShared):
             for key, value in fixed.items()
         }
         self._trajectory: CompiledTrajectory | None = None
+        self.allow_missing_total_size = bool(allow_missing_total_size)
         self._n_rows = [g.n_rows() for g in self._flat.groups]
+        self._checked_data = None
+        self._check_data()
         self._reset_chain()
 
     # -- parameters ------------------------------------------------------------------
@@ -337,7 +345,31 @@ class StochasticGradientStep(ArrayStepShared):
         state["_trajectory"] = None
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        # The data arrived checked; in this process they are new objects.
+        self._checked_data = self._data_fingerprint()
+
     # -- chain life cycle ------------------------------------------------------------
+
+    def _check_data(self) -> None:
+        """Check the minibatched data before sampling, again only when it has changed."""
+        fingerprint = self._data_fingerprint()
+        if fingerprint == self._checked_data:
+            return
+        check_minibatched_data(
+            self._model,
+            self._flat.groups,
+            self._n_rows,
+            type(self).__name__,
+            allow_missing_total_size=self.allow_missing_total_size,
+        )
+        self._checked_data = fingerprint
+
+    def _data_fingerprint(self) -> list[tuple[int, tuple[int, ...]]]:
+        # pm.set_data replaces a shared variable's array: a new object, maybe a new shape.
+        arrays = [data_value(d) for g in self._flat.groups for d in g.data]
+        return [(id(a), a.shape) for a in arrays]
 
     def _chain_context(self) -> ChainContext:
         # Cached: built at every iteration it cost a microsecond. Rebuilt when the
@@ -374,6 +406,7 @@ class StochasticGradientStep(ArrayStepShared):
             reseed_rngs(rngs, self.rng.integers(2**32))
         # Read once per chain: the data may have been replaced with pm.set_data.
         self._n_rows = [g.n_rows() for g in self._flat.groups]
+        self._check_data()
         self._reset_chain()
         self.tune = tune > 0
 
