@@ -40,6 +40,10 @@ COMMON_PARAMETERS_DOC = """
         A point of the model, for shapes; the model's initial point by default.
     compile_kwargs : dict, optional
         Passed to ``pytensor.function`` (e.g. ``{"mode": "JAX"}``).
+    allow_missing_total_size : bool, default False
+        Accept an observed variable fed by ``pm.Minibatch`` without ``total_size``; by
+        default that is refused before sampling (its likelihood would count one
+        minibatch instead of the data).
 """
 
 EM_PARAMETERS_DOC = """
