@@ -766,3 +766,21 @@ def test_an_interrupted_run_hands_back_the_draws_so_far(gaussian_model):
     assert np.all(np.isfinite(theta)) and len(np.unique(theta[0, :, 0])) == 20
     assert stat(idata, "diverging").shape == (1, 20)
     assert az.summary(idata).shape[0] == 2
+
+
+# -- old import paths -----------------------------------------------------------------
+
+
+def test_old_import_paths_still_work_with_a_deprecation_warning():
+    import pymc_sgmcmc.dynamics
+    import pymc_sgmcmc.step_methods
+    from pymc_sgmcmc.metrics import EuclideanMetric, euclidean_metric
+
+    with pytest.warns(DeprecationWarning, match="use pymc_sgmcmc.SGHMC"):
+        assert pymc_sgmcmc.step_methods.SGHMC is pmsg.SGHMC
+    with pytest.warns(DeprecationWarning, match="pymc_sgmcmc.metrics.euclidean_metric"):
+        assert pymc_sgmcmc.dynamics.make_mass is euclidean_metric
+    with pytest.warns(DeprecationWarning, match="pymc_sgmcmc.metrics.EuclideanMetric"):
+        assert pymc_sgmcmc.dynamics.Mass is EuclideanMetric
+    with pytest.raises(AttributeError, match="a sampler is now a kernel"):
+        pymc_sgmcmc.step_methods.HamiltonianStep  # noqa: B018
