@@ -3,7 +3,8 @@
 # and run one of its entry points:
 #   bash run.sh example   # examples/quickstart.py
 #   bash run.sh example NAME   # examples/NAME.py (installs the optional example extras)
-#   bash run.sh test      # the test suite (what CI runs)
+#   bash run.sh test      # the documentation build, then the test suite (what CI runs)
+#   bash run.sh docs      # the documentation site, into site/
 #   bash run.sh bench     # benchmarks/per_iteration.py (installs the optional BlackJAX)
 #   bash run.sh python …  # anything else inside the environment
 set -euo pipefail
@@ -27,11 +28,11 @@ find_python() {
 }
 
 VENV=.venv
-extras="test"
-[ "${1:-}" = "bench" ] && extras="test,bench"
-[ "${1:-}" = "example" ] && [ -n "${2:-}" ] && extras="test,examples"
+extras="test,docs"
+[ "${1:-}" = "bench" ] && extras="test,docs,bench"
+[ "${1:-}" = "example" ] && [ -n "${2:-}" ] && [ "$2" != quickstart ] && extras="test,docs,examples"
 hash=$(sha1sum pyproject.toml | cut -c1-12)
-stamp="$VENV/.installed-$hash-${extras/,/-}"
+stamp="$VENV/.installed-$hash-${extras//,/-}"
 if [ ! -e "$stamp" ]; then
   if [ ! -x "$VENV/bin/python" ]; then
     py=$(find_python) || {
@@ -48,13 +49,27 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 fi
 
+build_docs() {
+  # --strict: a broken link or anchor, a page missing from the nav, or a docstring the
+  # API generator cannot parse fails the build (see mkdocs.yml).
+  NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict "$@"
+}
+
 cmd=${1:-test}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   example) name=${1:-quickstart}; [ $# -gt 0 ] && shift
            exec "$VENV/bin/python" "examples/$name.py" "$@" ;;
-  test)    exec "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@" ;;
+  test)    site=$(mktemp -d)
+           build_docs --site-dir "$site" || {
+             rm -rf "$site"
+             echo "error: the documentation does not build (see the warnings above)." >&2
+             exit 1
+           }
+           rm -rf "$site"
+           exec "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@" ;;
+  docs)    build_docs "$@" ;;
   bench)   exec "$VENV/bin/python" benchmarks/per_iteration.py "$@" ;;
   python)  exec "$VENV/bin/python" "$@" ;;
-  *) echo "usage: bash run.sh {example|test|bench|python ...}" >&2; exit 2 ;;
+  *) echo "usage: bash run.sh {example|test|docs|bench|python ...}" >&2; exit 2 ;;
 esac

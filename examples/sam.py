@@ -43,7 +43,7 @@ draw or iteration; compilation is reported separately.
 
 Default settings take 6–8 minutes on 2 cores; ``--quick`` (300 words, 5 topics, the
 minibatch methods only, 10 s each) about 1–2 minutes; ``--plot FILE.png`` saves the
-perplexity against time. Results: docs/sphere_examples.md.
+perplexity against time. Results: docs/examples/sam.md.
 """
 
 import argparse

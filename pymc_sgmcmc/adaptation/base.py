@@ -4,15 +4,12 @@ An adapter owns some of a sampler's parameters (the step size, the mass) and lea
 from the chain, as PyMC's step-size and mass adapters and NumPyro's ``(init_fn,
 update_fn)`` pairs do:
 
-``init_chain(chain)``
-    reset for a new chain (``pm.sample`` calls ``setup_chain`` once per chain);
-``update(result, chain)``
-    learn from the iteration just finished; return the names of the parameters that
-    changed (the generic step then re-reads them);
-``finalize()``
-    tuning has ended (``stop_tuning``);
-``stats()``
-    per-draw statistics, declared in ``stats_dtypes_shapes``.
+- ``init_chain(chain)``: reset for a new chain (``pm.sample`` calls ``setup_chain`` once
+  per chain);
+- ``update(result, chain)``: learn from the iteration just finished; return the names of
+  the parameters that changed (the generic step then re-reads them);
+- ``finalize()``: tuning has ended (``stop_tuning``);
+- ``stats()``: per-draw statistics, declared in ``stats_dtypes_shapes``.
 
 Adapters keep their per-chain state in attributes named by their ``_state_class`` so that
 ``pm.sample``'s ``sampling_state`` round trip covers them.

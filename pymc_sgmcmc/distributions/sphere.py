@@ -246,6 +246,7 @@ class VonMisesFisher(SphereContinuous):
     References
     ----------
     K. V. Mardia and P. E. Jupp (2000), *Directional Statistics*, Wiley.
+
     A. T. A. Wood (1994), "Simulation of the von Mises Fisher distribution",
     *Communications in Statistics - Simulation and Computation* 23(1), 157-164.
 

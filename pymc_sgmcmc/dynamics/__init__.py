@@ -24,8 +24,7 @@ def __getattr__(name: str):
         from pymc_sgmcmc import metrics
 
         warnings.warn(
-            f"pymc_sgmcmc.dynamics.{name} is deprecated: use "
-            f"pymc_sgmcmc.metrics.{moved[name]}.",
+            f"pymc_sgmcmc.dynamics.{name} is deprecated: use pymc_sgmcmc.metrics.{moved[name]}.",
             DeprecationWarning,
             stacklevel=2,
         )

@@ -7,6 +7,7 @@ is in :mod:`pymc_sgmcmc.kernels`.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -46,10 +47,22 @@ COMMON_PARAMETERS_DOC = """
         minibatch instead of the data).
 """
 
-EM_PARAMETERS_DOC = """
-    Monte Carlo EM parameters
-    -------------------------""" + (MassEM.__doc__ or "").split("----------", 1)[-1]
+EM_PARAMETERS_DOC = (
+    "Monte Carlo EM parameters: those of :class:`MassEM`, listed under Other Parameters.\n\n"
+    "Other Parameters\n----------------"
+    + inspect.cleandoc(MassEM.__doc__ or "").split("----------", 1)[-1]
+)
 """The EM samplers' extra parameters and statistics: those of :class:`MassEM`."""
+
+
+def _with_sections(doc: str | None, sections: str) -> str:
+    """A class docstring with numpydoc ``sections`` appended, both dedented.
+
+    Python 3.13 dedents docstrings when it compiles them and earlier versions do not;
+    cleaning both parts gives the same docstring on every version.
+    """
+    return inspect.cleandoc(doc or "") + "\n\n" + inspect.cleandoc(sections) + "\n"
+
 
 EM_OPTIONS = (
     "mass_estimator",
@@ -81,7 +94,7 @@ class SGLD(StochasticGradientStep):
     step's rows), ``diverging``, ``divergences``.
     """
 
-    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
     name = "sgld"
     kernel = sgld.KERNEL
 
@@ -126,7 +139,7 @@ class SGHMC(StochasticGradientStep):
     SGLD's, and ``kinetic_temperature`` (``rᵀM⁻¹r / D`` at the end of the trajectory).
     """
 
-    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
     name = "sghmc"
     kernel = sghmc.KERNEL
 
@@ -183,7 +196,7 @@ class SGNHT(StochasticGradientStep):
     SGLD's, ``kinetic_temperature`` (``pᵀM⁻¹p / D``) and ``thermostat`` (``ξ``).
     """
 
-    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
     name = "sgnht"
     kernel = sgnht.KERNEL
 
@@ -236,7 +249,7 @@ class HMC(StochasticGradientStep):
     PyMC's ``lp``).
     """
 
-    __doc__ = (__doc__ or "") + COMMON_PARAMETERS_DOC
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
     name = "hmc"
     kernel = hmc.KERNEL
 
@@ -305,7 +318,7 @@ class HMCEM(HMC):
     ``n_steps``, ``step_jitter`` and the rest are :class:`HMC`'s.
     """
 
-    __doc__ = (__doc__ or "") + EM_PARAMETERS_DOC
+    __doc__ = _with_sections(__doc__, EM_PARAMETERS_DOC)
     name = "hmc_em"
     mass_adapter_class = MassEM
 
@@ -322,7 +335,7 @@ class SGHMCEM(SGHMC):
     :class:`SGHMC` for the sampler's parameters.
     """
 
-    __doc__ = (__doc__ or "") + EM_PARAMETERS_DOC
+    __doc__ = _with_sections(__doc__, EM_PARAMETERS_DOC)
     name = "sghmc_em"
     mass_adapter_class = MassEM
 
@@ -338,7 +351,7 @@ class SGNHTEM(SGNHT):
     See :class:`SGNHT` for the sampler's parameters.
     """
 
-    __doc__ = (__doc__ or "") + EM_PARAMETERS_DOC
+    __doc__ = _with_sections(__doc__, EM_PARAMETERS_DOC)
     name = "sgnht_em"
     mass_adapter_class = MassEM
 
