@@ -181,10 +181,10 @@ def test_minibatch_of_data_container_rereads_rows_after_set_data():
         mu = pm.Normal("mu")
         pm.Normal("obs", mu, observed=pm.Minibatch(values, batch_size=3), total_size=10)
         step = pmsg.SGLD(step_size=0.01)
-        assert step._n_rows == [10]
+        assert step.n_rows == [10]
         pm.set_data({"values": np.arange(25.0)})
         step.setup_chain(np.random.default_rng(0), tune=0, draws=1)
-    assert step._n_rows == [25]
+    assert step.n_rows == [25]
     (rows,) = step.draw_rows()
     assert rows.max() < 25
     assert model["values"].get_value().shape == (25,)

@@ -265,6 +265,11 @@ class StochasticGradientStep(ArrayStepShared):
         return getattr(self.params, "metric", None)
 
     @property
+    def n_rows(self) -> list[int]:
+        """Rows of the data behind each ``pm.Minibatch`` call (re-read when a chain starts)."""
+        return list(self._n_rows)
+
+    @property
     def manifold_dim(self) -> int:
         """Dimension of the space the chain moves on (``d − 1`` per sphere)."""
         return self.layout.manifold_dim if self.layout is not None else self.dim
