@@ -373,16 +373,10 @@ class SGGMC(StochasticGradientStep):
 
     Parameters
     ----------
-    step_size : float or schedule
-        ``ε``.
-    n_steps : int, default 10
-        Integrator steps per draw.
     friction : float, default 1.0
         ``C > 0``.
     noise_estimate : float, default 0.0
         ``B̂ = εV/2`` (the slides' ``V`` term), ``0 ≤ B̂ ≤ C``.
-    **kwargs
-        ``minibatch``, ``vars``, ``model``, ``compile_kwargs`` as for :class:`SGHMC`.
 
     Statistics
     ----------
@@ -390,6 +384,7 @@ class SGGMC(StochasticGradientStep):
     dimension).
     """
 
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
     name = "sggmc"
     kernel = geodesic.SGGMC
 
@@ -423,22 +418,17 @@ class GSGNHT(StochasticGradientStep):
 
     Parameters
     ----------
-    step_size : float or schedule
-        ``ε``.
-    n_steps : int, default 10
-        Integrator steps per draw.
     diffusion : float, default 1.0
         ``C > 0``.
     noise_estimate : float, default 0.0
         ``B̂ = εV/2``, ``0 ≤ B̂ ≤ C``.
-    **kwargs
-        ``minibatch``, ``vars``, ``model``, ``compile_kwargs`` as for :class:`SGHMC`.
 
     Statistics
     ----------
     SGGMC's, and ``thermostat`` (``ξ``).
     """
 
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
     name = "gsgnht"
     kernel = geodesic.GSGNHT
 

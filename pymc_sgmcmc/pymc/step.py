@@ -241,6 +241,7 @@ class StochasticGradientStep(ArrayStepShared):
             for key, value in fixed.items()
         }
         self._trajectory: CompiledTrajectory | None = None
+        self._unused_noise = np.zeros(self.dim, dtype=self._dtype)  # no refresh, no draw
         self.allow_missing_total_size = bool(allow_missing_total_size)
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._checked_data = None
@@ -458,7 +459,7 @@ class StochasticGradientStep(ArrayStepShared):
         normal = self._normal(n_normal, self.dim) if n_normal else None
         if kernel.refresh is not None:
             # Without a refresh its noise is not used: no draw for it.
-            noise = normal[0] if refresh else np.zeros(self.dim, dtype=self._dtype)
+            noise = normal[0] if refresh else self._unused_noise
             inputs += [np.asarray(refresh), noise]
         if kernel.step_noise:
             inputs.append(normal[-self.n_steps :])
