@@ -195,3 +195,131 @@ def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -
         if isinstance(c, Constant) and getattr(c.data, "size", 0) > 10_000
     }
     return clone_replace(logp, {position: flat.position, **data})
+
+
+@dataclass
+class RowLogp:
+    """The model's log density with each minibatch a placeholder of any number of rows.
+
+    ``logp(x) = prior(x) + Σ_g Σ_t term_{g,t}(x; rows of group g)``: the terms that read
+    the rows of a ``pm.Minibatch`` call, each scaled as PyMC scales it (``total_size /
+    rows fed``), and everything else (priors, Jacobians, observations without
+    minibatches). The graph is rebuilt by PyMC with the placeholders in the minibatches'
+    place, so no shape of the data or of a minibatch is fixed in it: feed a slice of the
+    data, a gather or all of it.
+
+    Attributes
+    ----------
+    prior : TensorVariable
+        The sum of the terms that read no minibatched rows.
+    terms : list of list of TensorVariable
+        Per group, its likelihood terms.
+    scaled : list of list of bool
+        Whether each term carries PyMC's ``total_size`` scaling.
+    placeholders : list of list of TensorVariable
+        Per group, one placeholder per array of its ``pm.Minibatch`` call.
+    position : TensorVariable
+        The flat position (the same variable as :attr:`FlatLogp.position`).
+    """
+
+    prior: Variable
+    terms: list[list[Variable]]
+    scaled: list[list[bool]]
+    placeholders: list[list[Variable]]
+    position: Variable
+
+
+def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowLogp:
+    """The log density of ``model`` with placeholders of any length for its minibatches.
+
+    Every ``pm.Minibatch`` output is replaced in the model (as PyMC's own
+    ``remove_minibatched_nodes`` does) by a placeholder whose length is not fixed, and the
+    log density is built one variable's term at a time, in the flat position of ``flat``.
+
+    Raises
+    ------
+    ValueError
+        When a term reads the rows of two ``pm.Minibatch`` calls (their rows could not be
+        matched chunk by chunk).
+    """
+    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
+    from pymc.variational.minibatch_rv import MinibatchRandomVariable
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.graph.replace import clone_replace
+
+    placeholders: list[list[Variable]] = [[] for _ in flat.groups]
+    if flat.groups:
+        fgraph, _ = fgraph_from_model(model)
+        replacements = {}
+        for node in fgraph.apply_nodes:
+            if not isinstance(node.op, MinibatchOp):
+                continue
+            k = _group_of(node, flat.groups)
+            if not placeholders[k]:
+                placeholders[k] = [
+                    out.type.clone(shape=(None,) * out.type.ndim)(name=f"rows_{k}_{j}")
+                    for j, out in enumerate(node.outputs[:-1])
+                ]
+            replacements.update(zip(node.outputs[:-1], placeholders[k], strict=True))
+        outputs = clone_replace(fgraph.outputs, replacements, rebuild_strict=False)
+        rebuilt = FunctionGraph(outputs=outputs, clone=False)
+        rebuilt._coords = fgraph._coords  # lost by the rebuild, as PyMC notes
+        rebuilt._dim_lengths = fgraph._dim_lengths
+        row_model = model_from_fgraph(rebuilt, mutate_fgraph=True)
+    else:
+        row_model = model
+    names = {v.name for v in vars}
+    values = {v.name: v for v in row_model.value_vars}
+    row_vars = [values[v.name] for v in vars]
+    shared_by_name = {v.name: s for v, s in flat.shared.items()}
+    row_shared = {v: shared_by_name[v.name] for v in row_model.value_vars if v.name not in names}
+    variables = [*row_model.basic_RVs, *row_model.potentials]
+    raw_terms = [row_model.logp(vars=[rv]) for rv in variables]
+    joined, position = join_nonshared_inputs(initial_point, raw_terms, row_vars, row_shared)
+    joined = clone_replace(joined, {position: flat.position})
+
+    prior_terms: list[Variable] = []
+    terms: list[list[Variable]] = [[] for _ in flat.groups]
+    scaled: list[list[bool]] = [[] for _ in flat.groups]
+    for rv, term in zip(variables, joined, strict=True):
+        term_ancestors = set(ancestors([term]))
+        reads = [k for k, group in enumerate(placeholders) if term_ancestors.intersection(group)]
+        if not reads:
+            prior_terms.append(term)
+            continue
+        if len(reads) > 1:
+            raise ValueError(
+                f"the log density term of {rv.name!r} reads the rows of {len(reads)} "
+                "pm.Minibatch calls, whose rows cannot be matched chunk by chunk. Slice "
+                "all the arrays of one observation with one pm.Minibatch call."
+            )
+        terms[reads[0]].append(term)
+        owner = getattr(rv, "owner", None)
+        scaled[reads[0]].append(owner is not None and isinstance(owner.op, MinibatchRandomVariable))
+    prior = pt.add(*prior_terms) if prior_terms else pt.zeros((), dtype=flat.logp.dtype)
+    return RowLogp(
+        prior=prior, terms=terms, scaled=scaled, placeholders=placeholders, position=flat.position
+    )
+
+
+def _group_of(node: Apply, groups: list[MinibatchGroup]) -> int:
+    """Which of ``groups`` (found in the model's logp) a ``MinibatchOp`` node belongs to."""
+    for k, group in enumerate(groups):
+        if node.inputs[-1] is group.rng or all(
+            _same_data(a, b) for a, b in zip(node.inputs[:-1], group.data, strict=False)
+        ):
+            return k
+    raise ValueError("a pm.Minibatch call of the model was not found in its log density.")
+
+
+def _same_data(candidate: Variable, array: Variable) -> bool:
+    if candidate is array:
+        return True
+    if isinstance(candidate, Constant) and isinstance(array, Constant):
+        a, b = candidate.data, array.data
+        return a is b or (
+            getattr(a, "shape", None) == getattr(b, "shape", None)
+            and getattr(a, "size", 0) > 0
+            and np.shares_memory(a, b)
+        )
+    return False
