@@ -94,6 +94,10 @@ class Kernel:
         (then the glue hands it to adapters for free).
     supports_spheres : bool
         Whether the kernel keeps sphere-valued variables on their spheres.
+    default_step_size : float, optional
+        The step size of ``step_size="auto"``, in units of the posterior's scale: the
+        glue preconditions the chain with the Laplace covariance at the mode (its
+        ``metric``), where every direction has about unit scale. None: no default.
     """
 
     name: str
@@ -109,6 +113,7 @@ class Kernel:
     step_noise: bool = True
     gradient_at_end: bool = False
     supports_spheres: bool = False
+    default_step_size: float | None = None
 
     def __post_init__(self) -> None:
         if self.state_type._fields[0] != "position":

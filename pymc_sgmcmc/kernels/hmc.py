@@ -93,4 +93,5 @@ KERNEL = Kernel(
     stats_dtypes={"kinetic_temperature": (np.float64, [])},
     step_noise=False,
     gradient_at_end=True,
+    default_step_size=0.3,
 )

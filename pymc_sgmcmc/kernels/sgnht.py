@@ -85,4 +85,5 @@ KERNEL = Kernel(
     stats=stats,
     stats_dtypes={"kinetic_temperature": (np.float64, []), "thermostat": (np.float64, [])},
     gradient_at_end=True,
+    default_step_size=0.1,
 )

@@ -99,7 +99,12 @@ class SGLD(StochasticGradientStep):
     kernel = sgld.KERNEL
 
     def __init__(
-        self, vars=None, *, step_size: float | StepSizeSchedule, n_steps: int = 10, **kwargs: Any
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule | str = "auto",
+        n_steps: int = 10,
+        **kwargs: Any,
     ) -> None:
         super().__init__(
             vars, step_size=step_size, n_steps=n_steps, kernel_params=sgld.parameters(), **kwargs
@@ -147,7 +152,7 @@ class SGHMC(StochasticGradientStep):
         self,
         vars=None,
         *,
-        step_size: float | StepSizeSchedule,
+        step_size: float | StepSizeSchedule | str = "auto",
         n_steps: int = 10,
         friction: float = 1.0,
         noise_estimate: float = 0.0,
@@ -204,7 +209,7 @@ class SGNHT(StochasticGradientStep):
         self,
         vars=None,
         *,
-        step_size: float | StepSizeSchedule,
+        step_size: float | StepSizeSchedule | str = "auto",
         n_steps: int = 10,
         diffusion: float = 1.0,
         mass=None,
@@ -257,7 +262,7 @@ class HMC(StochasticGradientStep):
         self,
         vars=None,
         *,
-        step_size: float | StepSizeSchedule,
+        step_size: float | StepSizeSchedule | str = "auto",
         n_steps: int = 10,
         mass=None,
         step_jitter: float = 0.15,

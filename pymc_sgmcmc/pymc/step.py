@@ -34,12 +34,16 @@ from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.adaptation.step_size import StepSizeAdapter
 from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
+from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
-from pymc_sgmcmc.metrics.euclidean import euclidean_metric
+from pymc_sgmcmc.metrics.euclidean import euclidean_metric, metric_from_inverse
 from pymc_sgmcmc.pymc.data_checks import check_minibatched_data, data_value
+from pymc_sgmcmc.pymc.mode import ModeFinder, ModeResult, search_mode
 from pymc_sgmcmc.pymc.model_graph import FlatLogp, flat_logp, full_data_logp, is_sphere_valued
 from pymc_sgmcmc.pymc.spheres import sphere_layout
 from pymc_sgmcmc.pymc.trajectory import (
+    ANCHORED_GRADIENTS,
+    GRADIENTS,
     ROWS,
     CompiledTrajectory,
     build_trajectory,
@@ -83,6 +87,7 @@ class StochasticGradientState(StepMethodState):
     position_gradient: Any
     step_size_adapter: Any
     mass_adapter: Any
+    anchor: Any
 
 
 class StochasticGradientStep(ArrayStepShared):
@@ -95,8 +100,27 @@ class StochasticGradientStep(ArrayStepShared):
     ----------
     vars : list, optional
         Variables to sample; by default all continuous free variables.
-    step_size : float or schedule
-        ``ε``: a positive number, or a schedule such as :class:`pymc_sgmcmc.PolynomialDecay`.
+    step_size : float, schedule or "auto"
+        ``ε``: a positive number, a schedule such as :class:`pymc_sgmcmc.PolynomialDecay`,
+        or ``"auto"``: the kernel's :attr:`~pymc_sgmcmc.kernels.base.Kernel.default_step_size`
+        in a metric set to the Laplace covariance at the mode (found before sampling).
+    gradient : {"auto", "minibatch", "control_variates", "svrg"}
+        The gradient estimator (:mod:`pymc_sgmcmc.gradients`); "auto" is
+        "control_variates" for a model with ``pm.Minibatch`` data and "minibatch" (then
+        the exact full-data gradient) without.
+    anchor : dict or ModeResult, optional
+        The control variates' anchor ``θ̂`` (a point by value-variable name); the mode
+        found by :func:`pymc_sgmcmc.find_mode` by default.
+    anchor_every : int
+        SVRG only: iterations between moves of the anchor to the chain's state (each
+        move is a full-data pass).
+    start : {"auto", "laplace", "initial_point"}
+        "laplace" starts each chain at a draw from the Laplace approximation at the mode
+        (so that chains start dispersed and R-hat keeps its meaning); "initial_point"
+        where ``pm.sample`` starts it. "auto" is "laplace" when a mode was found and the
+        chain starts at the model's initial point (no ``initvals`` given).
+    mode_kwargs : dict, optional
+        Options of :func:`pymc_sgmcmc.find_mode` for the mode found before sampling.
     n_steps : int
         Integrator steps per draw, all run in one compiled call.
     minibatch : {"step", "trajectory"}
@@ -172,9 +196,14 @@ class StochasticGradientStep(ArrayStepShared):
         self,
         vars=None,
         *,
-        step_size: float | StepSizeSchedule,
+        step_size: float | StepSizeSchedule | str = "auto",
         n_steps: int = 10,
         minibatch: str = "step",
+        gradient: str = "auto",
+        anchor: dict[str, np.ndarray] | None = None,
+        anchor_every: int = 100,
+        start: str = "auto",
+        mode_kwargs: dict[str, Any] | None = None,
         kernel_params: dict[str, Any] | None = None,
         mass: Any = None,
         mass_adapter: Adapter | None = None,
@@ -193,7 +222,6 @@ class StochasticGradientStep(ArrayStepShared):
             vars = model.continuous_value_vars
         vars = get_value_vars_from_user_vars(vars, model)
         _check_vars(type(self).__name__, kernel, vars, model)
-        self.step_size_adapter = StepSizeAdapter(step_size, jitter=step_jitter)
         if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 1:
             raise ValueError(
                 f"n_steps must be a positive integer (integrator steps per draw), got "
@@ -207,15 +235,32 @@ class StochasticGradientStep(ArrayStepShared):
             "'step' draws fresh rows for every gradient, 'trajectory' one set per draw.",
         )
         self.mass_adapter = mass_adapter
+        if isinstance(step_size, str) and step_size != "auto":
+            raise ValueError(
+                f"step_size must be a positive number, a schedule or 'auto', got {step_size!r}."
+            )
+        self.start = check_choice(
+            "start",
+            start,
+            ("auto", "laplace", "initial_point"),
+            "'laplace' draws each chain's start from the Laplace approximation at the mode.",
+        )
+        if (
+            isinstance(anchor_every, bool)
+            or not isinstance(anchor_every, int | np.integer)
+            or anchor_every < 1
+        ):
+            raise ValueError(
+                f"anchor_every must be a positive integer (iterations between SVRG's anchor "
+                f"moves), got {anchor_every!r}."
+            )
+        self.anchor_every = int(anchor_every)
         if mass_adapter is not None and mass_adapter.needs_gradient and not kernel.gradient_at_end:
             raise TypeError(
                 f"{type(mass_adapter).__name__} needs the gradient at the kept position, "
                 f"which the {kernel.name} kernel does not evaluate."
             )
         self.refresh_every_trajectory = bool(refresh_every_trajectory)
-        self._learning_adapters = tuple(
-            a for a in (self.step_size_adapter, mass_adapter) if a is not None and a.learns
-        )
         self._model = model
         if initial_point is None:
             initial_point = model.initial_point()
@@ -240,13 +285,172 @@ class StochasticGradientStep(ArrayStepShared):
             key: np.asarray(value, dtype=self._dtype) if isinstance(value, float) else value
             for key, value in fixed.items()
         }
+        self._mass_given = mass is not None or "metric" in (kernel_params or {})
         self._trajectory: CompiledTrajectory | None = None
         self._unused_noise = np.zeros(self.dim, dtype=self._dtype)  # no refresh, no draw
         self.allow_missing_total_size = bool(allow_missing_total_size)
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._checked_data = None
         self._check_data()
+        self.gradient = self._choose_gradient(gradient, anchor)
+        # The mode found before sampling (with its Laplace covariance), where needed.
+        self.mode: ModeResult | None = None
+        self.mode_seconds: float | None = None
+        self.rows_touched_by_setup = 0
+        self._finder: ModeFinder | None = None
+        self._initial_anchor: Anchor | None = None
+        precondition = isinstance(step_size, str)
+        if precondition and kernel.default_step_size is None:
+            raise ValueError(
+                f"{type(self).__name__} has no automatic step size yet: pass step_size= "
+                "(a positive number or a schedule)."
+            )
+        if precondition or (self.gradient == "control_variates" and anchor is None):
+            self._find_mode(dict(mode_kwargs or {}), curvature=precondition)
+        if self.gradient in ANCHORED_GRADIENTS:
+            self._initial_anchor = self._make_anchor(anchor)
+        if precondition:
+            step_size = kernel.default_step_size
+            self._precondition()
+        self.step_size_adapter = StepSizeAdapter(step_size, jitter=step_jitter)
+        self._learning_adapters = tuple(
+            a for a in (self.step_size_adapter, mass_adapter) if a is not None and a.learns
+        )
         self._reset_chain()
+
+    # -- gradient estimator, mode and anchor ------------------------------------------
+
+    def _choose_gradient(self, gradient: str, anchor: Any) -> str:
+        name = type(self).__name__
+        gradient = check_choice(
+            "gradient",
+            gradient,
+            ("auto", *GRADIENTS),
+            "'control_variates' anchors minibatch gradients at the mode, 'svrg' moves the "
+            "anchor along the chain, 'minibatch' is the plain estimator.",
+        )
+        minibatched = bool(self._flat.groups)
+        if gradient == "auto":
+            spheres = self.layout is not None and any(on for _, _, on in self.layout.runs)
+            return "control_variates" if minibatched and not spheres else "minibatch"
+        if gradient in ANCHORED_GRADIENTS:
+            if not minibatched:
+                raise ValueError(
+                    f"{name}(gradient={gradient!r}): the model has no pm.Minibatch data, so "
+                    "every gradient is already exact and there is no noise to control. Use "
+                    "gradient='minibatch' (the default for such a model)."
+                )
+            if self.allow_missing_total_size:
+                raise ValueError(
+                    f"{name}(gradient={gradient!r}) needs total_size= on every observed "
+                    "variable fed by pm.Minibatch: without it the minibatch density is not "
+                    "an estimate of the full-data one that the anchor's gradient comes from."
+                )
+            spheres = self.layout is not None and any(on for _, _, on in self.layout.runs)
+            if gradient == "control_variates" and spheres and anchor is None:
+                raise ValueError(
+                    f"{name}(gradient='control_variates') needs anchor= (a point of the "
+                    "model with unit vectors for the sphere variables): the mode finder "
+                    "does not search on spheres. Or use gradient='svrg', whose anchor "
+                    "follows the chain."
+                )
+        return gradient
+
+    def _find_mode(self, options: dict[str, Any], curvature: bool) -> None:
+        """Find the mode (and the Laplace covariance) before sampling."""
+        options.setdefault("curvature", curvature)
+        options.setdefault("progressbar", True)
+        options.setdefault("random_seed", None)
+        rng = np.random.default_rng(options.pop("random_seed"))
+        chunk_rows = options.pop("chunk_rows", None)
+        finder = self._mode_finder(chunk_rows)
+        point = self._initial_point
+        start = options.pop("start", None)
+        if start is not None:
+            point = {**point, **start}
+        x0 = np.concatenate([np.ravel(point[v.name]) for v in self.vars]).astype(self._dtype)
+        defaults = {"adam_steps": 500, "learning_rate": 0.05, "maxiter": 1000, "gtol": 1e-8}
+        unknown = set(options) - {*defaults, "curvature", "progressbar"}
+        if unknown:
+            raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
+        self.mode = search_mode(finder, x0, point, rng=rng, **(defaults | options))
+        self.mode_seconds = self.mode.seconds
+        self.rows_touched_by_setup += self.mode.rows_touched
+
+    def _mode_finder(self, chunk_rows: int | None = None) -> ModeFinder:
+        if self._finder is None:
+            self._finder = ModeFinder(
+                self._model, self.vars, self._flat, self._n_rows, chunk_rows, self._compile_kwargs
+            )
+        return self._finder
+
+    def _make_anchor(self, anchor: Any) -> Anchor | None:
+        """The anchor of control variates: the given point, else the mode."""
+        if anchor is None:
+            if self.mode is None:
+                return None  # SVRG: the chain's start, when it is known
+            return Anchor(self.mode.position, self.mode.logp, self.mode.gradient)
+        name = type(self).__name__
+        if isinstance(anchor, ModeResult):
+            position = np.asarray(anchor.position, dtype=self._dtype)
+        elif isinstance(anchor, dict):
+            missing = [v.name for v in self.vars if v.name not in anchor]
+            if missing:
+                raise ValueError(
+                    f"{name}: anchor= lacks the sampled variables {missing}. Pass a point "
+                    "of the model by value-variable name, e.g. pmsg.find_mode()."
+                )
+            parts = []
+            for v in self.vars:
+                value = np.asarray(anchor[v.name], dtype=self._dtype)
+                expected = np.shape(self._initial_point[v.name])
+                if value.shape != expected:
+                    raise ValueError(
+                        f"{name}: anchor[{v.name!r}] has shape {value.shape}, the variable "
+                        f"{expected}. Pass a point of the model, e.g. pmsg.find_mode()."
+                    )
+                parts.append(value.ravel())
+            position = np.concatenate(parts)
+        else:
+            raise TypeError(
+                f"{name}: anchor= must be a point (dict by value-variable name) or the "
+                f"result of pmsg.find_mode(), got {type(anchor).__name__}."
+            )
+        return self._anchor_at(position, "anchor=")
+
+    def _anchor_at(self, position: np.ndarray, what: str) -> Anchor:
+        """An anchor at ``position``: a full-data pass there."""
+        finder = self._mode_finder()
+        before = finder.rows_touched
+        logp, gradient = finder.full_pass(position)
+        self.rows_touched_by_setup += finder.rows_touched - before
+        if not (np.isfinite(logp) and np.all(np.isfinite(gradient))):
+            raise ValueError(
+                f"{type(self).__name__}: the full-data log density or its gradient is not "
+                f"finite at the {what} point (log p = {logp}), so control variates cannot "
+                "be anchored there. Pass an anchor inside the support, e.g. "
+                "pmsg.find_mode()."
+            )
+        return Anchor(np.asarray(position, dtype=self._dtype), float(logp), gradient)
+
+    def _precondition(self) -> None:
+        """Set the metric (or the EM's starting mass) from the Laplace covariance."""
+        covariance = self.mode.covariance
+        if self.mass_adapter is not None:
+            from pymc_sgmcmc.adaptation.em import _initial_mass_in_structure
+
+            if self.mass_adapter.initial_mass is None:
+                precision = 1.0 / covariance if covariance.ndim == 1 else 1.0 / np.diag(covariance)
+                if self.mass_adapter.structure == "dense":
+                    precision = (
+                        np.linalg.inv(covariance) if covariance.ndim == 2 else np.diag(precision)
+                    )
+                self.mass_adapter.initial_mass = _initial_mass_in_structure(
+                    precision, self.mass_adapter.structure
+                )
+            return
+        if "metric" in self.kernel.params_type._fields and not self._mass_given:
+            self._fixed_params["metric"] = metric_from_inverse(covariance, self._dtype)
 
     # -- parameters ------------------------------------------------------------------
 
@@ -333,6 +537,7 @@ class StochasticGradientStep(ArrayStepShared):
             rows=rows,
             record_gradient=self._record_gradient,
             exact_logp=exact,
+            gradient=self.gradient,
         )
         # Inside the model's context, PyMC's compile honours its check_bounds setting.
         with self._model:
@@ -394,6 +599,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.kernel_state = None  # set from the first position the chain sees
         self.refresh_pending = False
         self.position_gradient = None
+        self.anchor = self._initial_anchor
         for adapter in self._adapters:
             adapter.init_chain(self._chain_context())
         self._read_parameters()
@@ -452,6 +658,9 @@ class StochasticGradientStep(ArrayStepShared):
             self.refresh_pending = False
         inputs = [position, *self.kernel_state[1:], np.asarray(step_size, dtype=self._dtype)]
         inputs += self._param_arrays
+        if self.gradient in ANCHORED_GRADIENTS:
+            anchor = self.anchor
+            inputs += [anchor.position, np.asarray(anchor.logp, dtype=self._dtype), anchor.gradient]
         refresh = kernel.refresh is not None and (
             self.refresh_every_trajectory or self.refresh_pending
         )
@@ -469,6 +678,13 @@ class StochasticGradientStep(ArrayStepShared):
         """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
         fn = self.trajectory_function
         kernel = self.kernel
+        if self.iteration == 0 and self.kernel_state is None:
+            q0 = RaveledVars(self._chain_start(q0.data), q0.point_map_info)
+        if self.gradient == "svrg" and (
+            self.anchor is None or (self.iteration > 0 and self.iteration % self.anchor_every == 0)
+        ):
+            # SVRG (Dubey et al.): move the anchor to the chain's state, a full-data pass.
+            self.anchor = self._anchor_at(q0.data, "chain's")
         step_size = self.step_size_adapter.current(self.iteration, self.rng)
         outputs = fn(*self.trajectory_inputs(q0.data, step_size))
         self.refresh_pending = False
@@ -511,6 +727,23 @@ class StochasticGradientStep(ArrayStepShared):
         if self.mass_adapter is not None:
             stats.update(self.mass_adapter.stats())
         return RaveledVars(end.position, q0.point_map_info), [stats]
+
+    def _chain_start(self, position: np.ndarray) -> np.ndarray:
+        """Where a chain starts: a draw from the Laplace approximation, or ``position``."""
+        mode = self.mode
+        if self.start == "initial_point" or mode is None or mode.covariance is None:
+            return position
+        if self.start == "auto":
+            default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
+            if not np.array_equal(position, default):
+                return position  # the user chose the start (initvals)
+        covariance = mode.covariance
+        z = self.rng.standard_normal(self.dim)
+        if covariance.ndim == 1:
+            offset = np.sqrt(covariance) * z
+        else:
+            offset = np.linalg.cholesky(covariance) @ z
+        return (mode.position + offset).astype(self._dtype)
 
     def _metropolis(self, fn: CompiledTrajectory, outputs: list, end, gradient):
         """The Metropolis–Hastings test of a kernel with an energy, on the full data."""

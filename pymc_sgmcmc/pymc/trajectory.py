@@ -23,6 +23,7 @@ import pytensor.tensor as pt
 from pymc.pytensorf import compile as pm_compile
 from pytensor.graph.basic import Variable
 
+from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
 from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
 from pymc_sgmcmc.pymc.model_graph import FlatLogp
@@ -113,6 +114,10 @@ class RowsPerTrajectory(Rows):
 
 ROWS = {"step": RowsPerStep, "trajectory": RowsPerTrajectory}
 
+GRADIENTS = ("minibatch", "control_variates", "svrg")
+ANCHORED_GRADIENTS = ("control_variates", "svrg")
+"""Gradient estimators that need an anchor (a point and its full-data gradient)."""
+
 
 # -- the compiled function ---------------------------------------------------------------
 
@@ -127,7 +132,8 @@ class CompiledTrajectory:
     dictionaries.
 
     Inputs: ``position``, ``state.<field>`` for the kernel's other state fields,
-    ``params.<path>`` for every array of its parameters, ``refresh`` (whether to apply
+    ``params.<path>`` for every array of its parameters, ``anchor.position``,
+    ``anchor.logp`` and ``anchor.gradient`` (control variates only), ``refresh`` (whether to apply
     the kernel's ``refresh``) and ``refresh_noise``, ``noise`` (``(n_steps, dim)``
     standard normal), ``rows_<k>`` (one index array per ``pm.Minibatch`` call).
 
@@ -201,6 +207,7 @@ def build_trajectory(
     rows: Rows,
     record_gradient: bool,
     exact_logp: Variable | None = None,
+    gradient: str = "minibatch",
 ) -> tuple[dict[str, Variable], dict[str, Variable]]:
     """The symbolic trajectory of ``kernel`` on ``graph``: named inputs and outputs.
 
@@ -220,6 +227,9 @@ def build_trajectory(
         Also return the last gradient the final step evaluated.
     exact_logp : Variable, optional
         The full-data log density, for a kernel with an energy.
+    gradient : {"minibatch", "control_variates", "svrg"}
+        The gradient estimator; the last two add the inputs ``anchor.position``,
+        ``anchor.logp`` and ``anchor.gradient``.
     """
     dtype = graph.position.dtype
     inputs: dict[str, Variable] = {"position": graph.position}
@@ -232,7 +242,15 @@ def build_trajectory(
     symbolic_params = tree_replace(params, leaves)
 
     start = kernel.state_type(graph.position, *(inputs[f"state.{n}"] for n in kernel.resamples))
-    estimator = MinibatchGradient(graph)
+    estimator: MinibatchGradient | ControlVariateGradient = MinibatchGradient(graph)
+    if gradient in ANCHORED_GRADIENTS:
+        anchor = SymbolicAnchor(
+            position=pt.vector("anchor.position", dtype=dtype),
+            logp=pt.scalar("anchor.logp", dtype=dtype),
+            gradient=pt.vector("anchor.gradient", dtype=dtype),
+        )
+        inputs.update({f"anchor.{name}": var for name, var in anchor._asdict().items()})
+        estimator = ControlVariateGradient(estimator, anchor)
     start_record: list[Variable] = []
     # Refresh and prepare share the rows of the start (reserved only if they use them).
     start_target = _recording(_lazy(lambda: estimator.target(rows.start_batch())), start_record)
