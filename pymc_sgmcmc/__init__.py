@@ -1,13 +1,14 @@
 """Adaptive and stochastic-gradient Hamiltonian samplers as PyMC step methods.
 
 >>> import pymc as pm, pymc_sgmcmc as pmsg
->>> # pm.sample(step=pmsg.SGHMC(step_size=1e-3, n_steps=10))
+>>> # pm.sample(step=pmsg.SGHMC())  # control variates at the mode, automatic step size
 """
 
 from pymc_sgmcmc.adaptation.sample_size import SampleSizeRule
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
 from pymc_sgmcmc.distributions import SphereUniform, VonMisesFisher
+from pymc_sgmcmc.pymc.mode import ModeResult, find_mode
 from pymc_sgmcmc.pymc.samplers import (
     GSGNHT,
     HMC,
@@ -37,6 +38,8 @@ __all__ = [
     "VonMisesFisher",
     "ConstantStepSize",
     "Minibatch",
+    "ModeResult",
+    "find_mode",
     "PolynomialDecay",
     "__version__",
 ]

@@ -138,5 +138,7 @@ def test_sgld_kernel_is_the_langevin_update():
     target = gaussian_target()
     position, noise = np.array([0.4, 0.2]), np.array([0.5, -1.0])
     new = sgld.KERNEL.step(sgld.SGLDState(position), target, noise, params)
-    expected = position + 0.01 * target.grad(position) + np.sqrt(0.02) * noise
+    # The metric of params_for is M = diag(1, 2): drift ε M⁻¹∇, noise N(0, 2ε M⁻¹).
+    inverse = params.metric.inverse
+    expected = position + 0.01 * inverse * target.grad(position) + np.sqrt(0.02 * inverse) * noise
     np.testing.assert_allclose(new.position, expected)

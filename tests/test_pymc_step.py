@@ -50,7 +50,7 @@ def sghmc(minibatch_model):
 @pytest.fixture(scope="module")
 def sgld(minibatch_model):
     with minibatch_model:
-        return compiled(pmsg.SGLD(step_size=1e-3, n_steps=10))
+        return compiled(pmsg.SGLD(step_size=1e-3, n_steps=10, gradient="minibatch"))
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,9 @@ def sgnht(minibatch_model):
 def frozen_sgld_one_batch_per_draw(minibatch_model):
     """An SGLD whose step is so small that the position never moves."""
     with minibatch_model:
-        return compiled(pmsg.SGLD(step_size=1e-300, n_steps=1, minibatch="trajectory"))
+        return compiled(
+            pmsg.SGLD(step_size=1e-300, n_steps=1, minibatch="trajectory", gradient="minibatch")
+        )
 
 
 @pytest.fixture(scope="module", params=["sgld", "sghmc", "sgnht"])
@@ -195,9 +197,15 @@ def test_compiled_trajectory_matches_numpy_sgld_on_the_given_rows(
         rows = rng.integers(0, N_ROWS, size=BATCH_SIZE)
         rows_at = [rows] * n_steps
     # Outputs: the final state (SGLD: the position alone), then the minibatch log density.
-    position, logp = step.trajectory_function(np.array([0.2]), np.asarray(step_size), noise, rows)[
-        :2
-    ]
+    fn = step.trajectory_function
+    out = fn.named(
+        position=np.array([0.2]),
+        **{"params.step_size": np.asarray(step_size)},
+        **{f"params.metric.{k}": np.ones(1) for k in ("inverse", "factor")},
+        noise=noise,
+        rows_0=rows,
+    )
+    position, logp = out["position"], out["minibatch_logp"]
     mu = 0.2
     for t in range(n_steps):
         mu = (
@@ -589,7 +597,7 @@ BAD_INPUTS = [
     (pmsg.SGLD, {"step_size": "small"}, TypeError, "step_size must be a real number"),
     (pmsg.SGLD, {"step_size": [1e-3]}, TypeError, "step_size must be a real number"),
     (pmsg.SGLD, {"step_size": None}, TypeError, "step_size is required"),
-    (pmsg.SGHMC, {}, TypeError, "step_size"),
+    (pmsg.SGHMC, {"step_size": "large"}, TypeError, "step_size"),
     (pmsg.SGHMC, {"step_size": 0.1, "friction": 0.0}, ValueError, "friction must be positive"),
     (pmsg.SGHMC, {"step_size": 0.1, "friction": -1}, ValueError, "friction must be positive"),
     (pmsg.SGHMC, {"step_size": 0.1, "friction": math.inf}, ValueError, "friction must be"),

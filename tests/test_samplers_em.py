@@ -340,7 +340,7 @@ NORMAL_SD = NORMAL_PRECISION**-0.5
 # The minibatch gradient has noise of sd ~2.2 against a curvature of 1.25, and two large
 # leapfrog steps (ε = 1) leave an acceptance rate of ~0.3: without an exact correction
 # the draws would be far off.
-HMC_MINIBATCH = {"step_size": 1.0, "n_steps": 2}
+HMC_MINIBATCH = {"step_size": 1.0, "n_steps": 2, "gradient": "minibatch"}
 MINIBATCH_DRAWS = {"trajectory": 40_000, "step": 75_000}
 """Per chain. An irreversible trajectory (the starting point sharing the first step's rows)
 made the sd ~3.5% high; 75,000 draws per chain (ESS ~37,000, MCSE ~0.4% of the sd) put

@@ -260,6 +260,12 @@ def search_mode(
             finder, position, total_rows, maxiter, gtol, progress, task
         )
         covariance = None
+        if x0.size <= DENSE_CURVATURE_MAX_DIM:
+            # Newton steps with the differenced Hessian: L-BFGS stops on a small
+            # gradient, which on a badly scaled posterior (raw-scale predictors, flat
+            # priors) can still be far from the mode in the flat directions.
+            progress.add_task("Mode: Newton refinement", total=None)
+            position, logp, gradient = _newton(finder, position, logp, gradient, rng)
         if kind is not None:
             progress.add_task(f"Mode: {kind} curvature", total=None)
             covariance = _laplace(finder, position, kind, rng)
@@ -334,6 +340,42 @@ def _lbfgs(finder, position, total_rows, maxiter, gtol, progress, task):
     return result.x, logp, gradient, result
 
 
+def _newton(finder, position, logp, gradient, rng, max_steps: int = 5):
+    for _ in range(max_steps):
+        hessian = _dense_hessian(finder, position, rng)
+        try:
+            step = -np.linalg.solve(hessian, gradient)
+        except np.linalg.LinAlgError:
+            break
+        if not np.all(np.isfinite(step)):
+            break
+        new_logp, new_gradient = finder.full_pass(position + step)
+        if not (np.isfinite(new_logp) and new_logp >= logp - 1e-9 * abs(logp)):
+            break  # not a concave neighbourhood: keep L-BFGS's point
+        position, logp, gradient = position + step, new_logp, new_gradient
+        sd = 1.0 / np.sqrt(np.maximum(-np.diag(hessian), 1e-300))
+        if np.max(np.abs(step) / sd) < 1e-9:
+            break
+    return position, logp, gradient
+
+
+def _dense_hessian(finder, position, rng) -> np.ndarray:
+    if finder.flat.groups:
+        cap = CURVATURE_SUBSAMPLE_ROWS
+        rows = [np.arange(n) if n <= cap else rng.integers(0, n, size=cap) for n in finder.n_rows]
+
+        def gradient(x: np.ndarray) -> np.ndarray:
+            return finder.subsample_pass(x, rows)[1]
+    else:
+
+        def gradient(x: np.ndarray) -> np.ndarray:
+            return finder.full_pass(x)[1]
+
+    hessian = hessian_by_differences(gradient, position, np.maximum(np.abs(position), 1.0))
+    sd = 1.0 / np.sqrt(np.maximum(-np.diag(hessian), 1e-300))
+    return hessian_by_differences(gradient, position, 1e-3 * sd / 1e-4)
+
+
 def _laplace(finder, position, kind, rng) -> np.ndarray:
     if kind == "diagonal":
         scale = np.maximum(np.abs(position), 1.0)
@@ -347,24 +389,7 @@ def _laplace(finder, position, kind, rng) -> np.ndarray:
             lambda x: finder.full_pass(x)[1], position, 1e-3 * sd / 1e-4, 64, rng
         )
     else:
-        if finder.flat.groups:
-            rows = [
-                np.arange(n)
-                if n <= CURVATURE_SUBSAMPLE_ROWS
-                else rng.integers(0, n, size=CURVATURE_SUBSAMPLE_ROWS)
-                for n in finder.n_rows
-            ]
-
-            def gradient(x: np.ndarray) -> np.ndarray:
-                return finder.subsample_pass(x, rows)[1]
-        else:
-
-            def gradient(x: np.ndarray) -> np.ndarray:
-                return finder.full_pass(x)[1]
-
-        hessian = hessian_by_differences(gradient, position, np.maximum(np.abs(position), 1.0))
-        sd = 1.0 / np.sqrt(np.maximum(-np.diag(hessian), 1e-300))
-        hessian = hessian_by_differences(gradient, position, 1e-3 * sd / 1e-4)
+        hessian = _dense_hessian(finder, position, rng)
     try:
         return laplace_covariance(hessian)
     except np.linalg.LinAlgError:

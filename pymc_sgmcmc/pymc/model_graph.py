@@ -19,6 +19,7 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.data import MinibatchOp
 from pymc.pytensorf import join_nonshared_inputs
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
@@ -305,16 +306,37 @@ def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowL
 def _group_of(node: Apply, groups: list[MinibatchGroup]) -> int:
     """Which of ``groups`` (found in the model's logp) a ``MinibatchOp`` node belongs to."""
     for k, group in enumerate(groups):
-        if node.inputs[-1] is group.rng or all(
+        if _same_data(node.inputs[-1], group.rng) or all(
             _same_data(a, b) for a, b in zip(node.inputs[:-1], group.data, strict=False)
         ):
             return k
+    # PyMC's copy of the model may clone shared data (pm.Data) with a copy of its value:
+    # match by name and shape then.
+    for k, group in enumerate(groups):
+        if all(
+            a.name is not None and a.name == b.name and _shape_of(a) == _shape_of(b)
+            for a, b in zip(node.inputs[:-1], group.data, strict=True)
+        ):
+            return k
+    if len(groups) == 1:
+        return 0
     raise ValueError("a pm.Minibatch call of the model was not found in its log density.")
+
+
+def _shape_of(var: Variable) -> tuple[int, ...] | None:
+    if isinstance(var, SharedVariable):
+        return np.shape(var.get_value(borrow=True))
+    if isinstance(var, Constant):
+        return np.shape(var.data)
+    return None
 
 
 def _same_data(candidate: Variable, array: Variable) -> bool:
     if candidate is array:
         return True
+    if isinstance(candidate, SharedVariable) and isinstance(array, SharedVariable):
+        # PyMC's model copy may clone a shared variable around the same value.
+        return candidate.get_value(borrow=True) is array.get_value(borrow=True)
     if isinstance(candidate, Constant) and isinstance(array, Constant):
         a, b = candidate.data, array.data
         return a is b or (

@@ -21,9 +21,39 @@ from pymc_sgmcmc.validation import check_choice
 COMMON_PARAMETERS_DOC = """
     Other Parameters
     ----------------
-    step_size : float or schedule
-        ``ε``: a positive number, or a schedule such as
-        :class:`pymc_sgmcmc.PolynomialDecay` (``ε_t = a (b + t)^(−γ)``).
+    step_size : float, schedule or "auto", default "auto"
+        ``ε``: a positive number, a schedule such as
+        :class:`pymc_sgmcmc.PolynomialDecay` (``ε_t = a (b + t)^(−γ)``), or "auto"
+        (not for the geodesic samplers): the mode and the Laplace covariance there are
+        found before sampling (:func:`pymc_sgmcmc.find_mode`), the mass is set to the
+        Laplace precision (dense up to 200 dimensions, diagonal above; an EM sampler
+        starts its M steps from it) unless ``mass=`` is given, and ``ε`` is the kernel's
+        default in those units (SGLD 0.1, SGHMC 0.2, SGNHT 0.1, HMC 0.3). A number keeps
+        the identity mass unless ``mass=`` is given.
+    gradient : {"auto", "minibatch", "control_variates", "svrg"}, default "auto"
+        The gradient estimator with ``pm.Minibatch`` data. "control_variates":
+        ``∇log p̃_b(θ) − ∇log p̃_b(θ̂) + ∇log p(θ̂)`` with both minibatch terms on the
+        same rows, anchored at the mode ``θ̂`` (Baker, Fearnhead, Fox and Nemeth,
+        "Control variates for stochastic gradient MCMC"); "svrg": the same with the
+        anchor moved to the chain's state every ``anchor_every`` iterations (Dubey et
+        al., "Variance reduction in stochastic gradient Langevin dynamics");
+        "minibatch": the plain estimator. "auto" is "control_variates" when the model has
+        ``pm.Minibatch`` data (but for sphere variables) and "minibatch" otherwise.
+    anchor : dict or ModeResult, optional
+        The control variates' anchor (a point by value-variable name, e.g. from
+        :func:`pymc_sgmcmc.find_mode`); the mode by default. A point of the wrong shape
+        or with a non-finite density is refused before sampling.
+    anchor_every : int, default 100
+        SVRG: iterations between anchor moves (each a full-data pass).
+    start : {"auto", "laplace", "initial_point"}, default "auto"
+        Where chains start: "laplace" at independent draws from the Laplace
+        approximation (dispersed around the mode, so R-hat keeps its meaning);
+        "initial_point" where ``pm.sample`` starts them; "auto" is "laplace" when a mode
+        was found and no ``initvals`` were given.
+    mode_kwargs : dict, optional
+        Options of :func:`pymc_sgmcmc.find_mode` (``adam_steps``, ``learning_rate``,
+        ``maxiter``, ``gtol``, ``chunk_rows``, ``curvature``, ``progressbar``,
+        ``random_seed``, ``start``).
     n_steps : int, default 10
         Integrator steps per draw; one draw costs ``n_steps`` gradients, all run in one
         compiled call.

@@ -236,8 +236,8 @@ class StochasticGradientStep(ArrayStepShared):
         )
         self.mass_adapter = mass_adapter
         if isinstance(step_size, str) and step_size != "auto":
-            raise ValueError(
-                f"step_size must be a positive number, a schedule or 'auto', got {step_size!r}."
+            raise TypeError(
+                f"step_size must be a real number, a schedule or 'auto', got {step_size!r}."
             )
         self.start = check_choice(
             "start",
@@ -332,7 +332,8 @@ class StochasticGradientStep(ArrayStepShared):
         minibatched = bool(self._flat.groups)
         if gradient == "auto":
             spheres = self.layout is not None and any(on for _, _, on in self.layout.runs)
-            return "control_variates" if minibatched and not spheres else "minibatch"
+            usable = minibatched and not spheres and not self.allow_missing_total_size
+            return "control_variates" if usable else "minibatch"
         if gradient in ANCHORED_GRADIENTS:
             if not minibatched:
                 raise ValueError(
