@@ -619,7 +619,16 @@ class StochasticGradientStep(ArrayStepShared):
             reseed_rngs(rngs, self.rng.integers(2**32))
         # Read once per chain: the data may have been replaced with pm.set_data.
         self._n_rows = [g.n_rows() for g in self._flat.groups]
+        changed = self._data_fingerprint() != self._checked_data
         self._check_data()
+        if changed and self._initial_anchor is not None:
+            # The anchor's full-data gradient belongs to the old data: without a new
+            # pass the control variates would be biased.
+            finder = self._mode_finder()
+            finder.n_rows[:] = self._n_rows
+            if finder._full is not None:
+                finder._full.n_rows = list(self._n_rows)
+            self._initial_anchor = self._anchor_at(self._initial_anchor.position, "anchor")
         self._reset_chain()
         self.tune = tune > 0
 
