@@ -37,7 +37,10 @@ import scipy.linalg
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.dynamics.common import kinetic_energy
+from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient
 from pymc_sgmcmc.kernels import sghmc, sgld, sgnht
+from pymc_sgmcmc.kernels.base import Target
+from pymc_sgmcmc.pymc import trajectory
 
 pytestmark = pytest.mark.statistical
 
@@ -81,6 +84,41 @@ _, _AXES = np.linalg.eigh(CORR_COV)
 CORR_DIRECTIONS = np.vstack([np.eye(2), _AXES.T])
 CORR_LABELS = ["x[0]", "x[1]", "x minor axis", "x major axis"]
 
+# The same shape as the posterior of a minibatched model: rows y_i ~ N(x, N·CORR_COV)
+# with a wide prior, x ~ N(0, 10²) per coordinate, so that the posterior covariance is
+# close to CORR_COV (it is computed exactly below, prior included). The rows scatter
+# around their mean with a fifth of the likelihood's sd: the posterior depends on the
+# rows only through their mean, and the tighter scatter keeps the minibatch gradient
+# noise, which is anisotropic here (so SGHMC's scalar B̂ cannot cancel it), small enough
+# for the discretisation allowances to stay under 1% of the sds.
+CORR_ROWS, CORR_BATCH, CORR_PRIOR_SD = 100, 20, 10.0
+CORR_LIKELIHOOD_COV = CORR_ROWS * CORR_COV
+Y2 = np.random.default_rng(20240612).multivariate_normal(
+    CORR_MEAN, CORR_LIKELIHOOD_COV / 25, size=CORR_ROWS
+)
+_LIKELIHOOD_PRECISION = np.linalg.inv(CORR_LIKELIHOOD_COV)
+CORR_MB_PRECISION = CORR_ROWS * _LIKELIHOOD_PRECISION + np.eye(2) / CORR_PRIOR_SD**2
+CORR_MB_COV = np.linalg.inv(CORR_MB_PRECISION)
+CORR_MB_MEAN = CORR_MB_COV @ _LIKELIHOOD_PRECISION @ Y2.sum(axis=0)
+# (N²/B) Σ⁻¹ S Σ⁻¹ with S the rows' population covariance (rows drawn with replacement).
+CORR_MB_GRAD_COV = (
+    CORR_ROWS**2
+    / CORR_BATCH
+    * _LIKELIHOOD_PRECISION
+    @ np.cov(Y2.T, bias=True)
+    @ _LIKELIHOOD_PRECISION
+)
+
+OFF_MODE_ANCHOR = {"mu": NORMAL_MEAN + 3 * NORMAL_PRECISION**-0.5}
+
+GRADIENTS = ("minibatch", "control_variates", "svrg")
+"""Every gradient estimator of the minibatched models. Both models are Gaussian location
+models: the minibatch gradient is the exact one plus noise that does not depend on the
+position, so ``∇log p̃_b(θ) − ∇log p̃_b(θ̂)`` is exact and the control-variate and SVRG
+estimators equal the full-data gradient wherever the anchor ``θ̂`` is. Their chains are
+the full-batch ones (no gradient noise in the allowances); the plain one carries the
+noise computed above."""
+
 # Step sizes: the per-step contraction εP must be small (bias ∝ ε), yet a draw of
 # n_steps steps must move far enough for an ESS well above MIN_ESS.
 SETTINGS = {
@@ -113,6 +151,19 @@ def correlated_model() -> pm.Model:
     return model
 
 
+def correlated_mean_model() -> pm.Model:
+    with pm.Model() as model:
+        x = pm.Normal("x", 0.0, CORR_PRIOR_SD, shape=2)
+        pm.MvNormal(
+            "y",
+            mu=x,
+            cov=CORR_LIKELIHOOD_COV,
+            observed=pm.Minibatch(Y2, batch_size=CORR_BATCH),
+            total_size=CORR_ROWS,
+        )
+    return model
+
+
 @pytest.fixture(scope="module")
 def full_batch_model():
     return normal_mean_model(minibatch=False)
@@ -126,6 +177,11 @@ def minibatch_model():
 @pytest.fixture(scope="module")
 def corr_model():
     return correlated_model()
+
+
+@pytest.fixture(scope="module")
+def corr_minibatch_model():
+    return correlated_mean_model()
 
 
 # -- stationary laws of the discretised chains -----------------------------------------
@@ -299,26 +355,35 @@ def check_normal_mean(draws, sampler, settings, grad_noise_var):
     )
 
 
-def check_correlated(draws, sampler, settings):
-    bias = sd_bias_allowance(
-        sampler, settings, np.linalg.inv(CORR_COV), np.zeros((2, 2)), CORR_DIRECTIONS
-    )
-    exact_sd = np.sqrt(np.einsum("ki,ij,kj->k", CORR_DIRECTIONS, CORR_COV, CORR_DIRECTIONS))
+def check_correlated(draws, sampler, settings, mean=CORR_MEAN, cov=CORR_COV, grad_noise_cov=None):
+    if grad_noise_cov is None:
+        grad_noise_cov = np.zeros((2, 2))
+    bias = sd_bias_allowance(sampler, settings, np.linalg.inv(cov), grad_noise_cov, CORR_DIRECTIONS)
+    exact_sd = np.sqrt(np.einsum("ki,ij,kj->k", CORR_DIRECTIONS, cov, CORR_DIRECTIONS))
     assert_matches_gaussian(
         draws @ CORR_DIRECTIONS.T,
-        CORR_DIRECTIONS @ CORR_MEAN,
+        CORR_DIRECTIONS @ mean,
         exact_sd,
         labels=CORR_LABELS,
         sd_bias=bias,
     )
 
 
-def minibatch_settings(sampler):
-    settings = dict(SETTINGS["normal"][sampler])
-    if sampler == "SGHMC":
+def gradient_noise(gradient, plain_noise):
+    """The noise of ``gradient`` on our Gaussian location models (see ``GRADIENTS``)."""
+    return plain_noise if gradient == "minibatch" else np.zeros_like(plain_noise)
+
+
+def minibatch_settings(sampler, gradient="minibatch", model_name="normal"):
+    settings = dict(SETTINGS[model_name][sampler]) | {"gradient": gradient}
+    if sampler == "SGHMC" and gradient == "minibatch":
         # B̂ = εV/2, the documented estimate: the injected 2(C − B̂)ε plus the ε²V that the
-        # gradient noise puts into the momentum make exactly the full-batch 2Cε.
-        settings["noise_estimate"] = settings["step_size"] * MINIBATCH_GRAD_VAR / 2
+        # gradient noise puts into the momentum make exactly the full-batch 2Cε. In 2-D,
+        # the smaller eigenvalue of V, so that the injected noise stays the larger part.
+        noise = MINIBATCH_GRAD_VAR if model_name == "normal" else CORR_MB_GRAD_COV
+        settings["noise_estimate"] = (
+            settings["step_size"] * np.linalg.eigvalsh(np.atleast_2d(noise)).min() / 2
+        )
     return settings
 
 
@@ -334,15 +399,41 @@ def test_normal_mean_full_batch(full_batch_model, sampler):
     check_normal_mean(draws, sampler, settings, grad_noise_var=0.0)
 
 
+@pytest.mark.parametrize("gradient", GRADIENTS)
 @pytest.mark.parametrize("sampler", SAMPLER_NAMES)
-def test_normal_mean_minibatch(minibatch_model, sampler):
+def test_normal_mean_minibatch(minibatch_model, sampler, gradient):
     # The exact target is still the full-data posterior; the allowance accounts exactly
     # for the variance the minibatch noise adds (SGLD: ε²V per step on top of the 2ε
     # injected, +1.0% variance here; SGHMC: cancelled by B̂; SGNHT: absorbed by the
-    # thermostat, whose mean rises to A + εV/2).
-    settings = minibatch_settings(sampler)
+    # thermostat, whose mean rises to A + εV/2). The anchored estimators have no noise.
+    settings = minibatch_settings(sampler, gradient)
     draws = sample(minibatch_model, SAMPLERS[sampler], settings, seed=202)
-    check_normal_mean(draws, sampler, settings, grad_noise_var=MINIBATCH_GRAD_VAR)
+    noise = gradient_noise(gradient, MINIBATCH_GRAD_VAR)
+    check_normal_mean(draws, sampler, settings, grad_noise_var=noise)
+
+
+@pytest.mark.parametrize("gradient", GRADIENTS)
+@pytest.mark.parametrize("sampler", SAMPLER_NAMES)
+def test_correlated_gaussian_minibatch(corr_minibatch_model, sampler, gradient):
+    settings = minibatch_settings(sampler, gradient, "correlated")
+    draws = sample(corr_minibatch_model, SAMPLERS[sampler], settings, seed=404)
+    check_correlated(
+        draws,
+        sampler,
+        settings,
+        mean=CORR_MB_MEAN,
+        cov=CORR_MB_COV,
+        grad_noise_cov=gradient_noise(gradient, CORR_MB_GRAD_COV),
+    )
+
+
+def test_control_variates_anchored_away_from_the_mode(minibatch_model):
+    # The estimator is unbiased for any anchor, not only the mode: anchored 3 sds off,
+    # where the full-data gradient it adds is far from zero, the chain still has the
+    # exact posterior (the wrong-sampler test below drops that gradient).
+    settings = minibatch_settings("SGHMC", "control_variates") | {"anchor": OFF_MODE_ANCHOR}
+    draws = sample(minibatch_model, SAMPLERS["SGHMC"], settings, seed=505)
+    check_normal_mean(draws, "SGHMC", settings, grad_noise_var=0.0)
 
 
 @pytest.mark.parametrize("sampler", SAMPLER_NAMES)
@@ -381,9 +472,20 @@ def test_bias_allowances_are_small_and_closed_forms_agree():
             np.zeros((2, 2)),
             CORR_DIRECTIONS,
         )
+        corr_mini = sd_bias_allowance(
+            sampler,
+            minibatch_settings(sampler, "minibatch", "correlated"),
+            CORR_MB_PRECISION,
+            CORR_MB_GRAD_COV,
+            CORR_DIRECTIONS,
+        )
+        corr_mini_sd = np.sqrt(
+            np.einsum("ki,ij,kj->k", CORR_DIRECTIONS, CORR_MB_COV, CORR_DIRECTIONS)
+        )
         assert full[0] < 0.01 * normal_sd, (sampler, full / normal_sd)
         assert mini[0] < 0.01 * normal_sd, (sampler, mini / normal_sd)
         assert np.all(corr < 0.01 * corr_sd), (sampler, corr / corr_sd)
+        assert np.all(corr_mini < 0.01 * corr_mini_sd), (sampler, corr_mini / corr_mini_sd)
 
 
 # -- the checks reject wrong samplers ----------------------------------------------------
@@ -443,6 +545,40 @@ def test_check_rejects_wrong_sampler(
         draws = sample(corr_model, wrong_class, settings, seed=303)
         with pytest.raises(AssertionError, match=r"FAIL x major axis sd: "):
             check_correlated(draws, sampler, settings)
+
+
+class ForgetsAnchorGradient(ControlVariateGradient):
+    """``∇log p̃_b(θ) − ∇log p̃_b(θ̂)`` without ``+ ∇log p(θ̂)``: it pulls the chain to
+    the anchor instead of the mode, invisible when the anchor is the mode."""
+
+    def target(self, batch):
+        right = super().target(batch)
+        return Target(logp=right.logp, grad=lambda x: right.grad(x) - self.anchor.gradient)
+
+
+class StaleAnchorGradientSVRG(pmsg.SGHMC):
+    """SVRG whose anchor moves but keeps the first anchor's full-data gradient."""
+
+    def _anchor_at(self, position, what):
+        fresh = super()._anchor_at(position, what)
+        if self.anchor is None:
+            return fresh
+        return dataclasses.replace(fresh, gradient=self.anchor.gradient)
+
+
+def test_check_rejects_control_variates_without_the_anchor_gradient(minibatch_model, monkeypatch):
+    monkeypatch.setattr(trajectory, "ControlVariateGradient", ForgetsAnchorGradient)
+    settings = minibatch_settings("SGHMC", "control_variates") | {"anchor": OFF_MODE_ANCHOR}
+    draws = sample(minibatch_model, pmsg.SGHMC, settings, seed=505)
+    with pytest.raises(AssertionError, match=r"FAIL mu mean: "):
+        check_normal_mean(draws, "SGHMC", settings, grad_noise_var=0.0)
+
+
+def test_check_rejects_svrg_with_a_stale_anchor_gradient(corr_minibatch_model):
+    settings = minibatch_settings("SGHMC", "svrg", "correlated")
+    draws = sample(corr_minibatch_model, StaleAnchorGradientSVRG, settings, seed=404)
+    with pytest.raises(AssertionError, match=r"FAIL "):
+        check_correlated(draws, "SGHMC", settings, mean=CORR_MB_MEAN, cov=CORR_MB_COV)
 
 
 @pytest.mark.filterwarnings("ignore:total_size not provided:UserWarning")

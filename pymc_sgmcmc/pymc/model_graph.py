@@ -19,11 +19,13 @@ import pytensor
 import pytensor.tensor as pt
 from pymc.data import MinibatchOp
 from pymc.pytensorf import join_nonshared_inputs
+from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.sharedvar import TensorSharedVariable
+from pytensor.tensor.type_other import NoneConst
 
 from pymc_sgmcmc.distributions import SphereTransform
 
@@ -230,6 +232,21 @@ class RowLogp:
     position: Variable
 
 
+class _CloneableMinibatchRandomVariable(MinibatchRandomVariable):
+    """PyMC's op, able to rebuild a node from that node's own inputs.
+
+    PyMC's ``make_node`` takes ``None`` for a dimension without ``total_size`` but stores
+    ``NoneConst``, which it then refuses when the node is cloned (as replacing the
+    minibatches does): every multivariate observed variable has such a dimension.
+    """
+
+    def make_node(self, rv, *total_size):
+        return super().make_node(rv, *(None if NoneConst.equals(t) else t for t in total_size))
+
+
+_CLONEABLE_MINIBATCH_RV = _CloneableMinibatchRandomVariable()
+
+
 def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowLogp:
     """The log density of ``model`` with placeholders of any length for its minibatches.
 
@@ -244,13 +261,15 @@ def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowL
         matched chunk by chunk).
     """
     from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
-    from pymc.variational.minibatch_rv import MinibatchRandomVariable
     from pytensor.graph.fg import FunctionGraph
     from pytensor.graph.replace import clone_replace
 
     placeholders: list[list[Variable]] = [[] for _ in flat.groups]
     if flat.groups:
         fgraph, _ = fgraph_from_model(model)
+        for node in fgraph.apply_nodes:
+            if type(node.op) is MinibatchRandomVariable:
+                node.op = _CLONEABLE_MINIBATCH_RV  # our copy of the model: safe to mutate
         replacements = {}
         for node in fgraph.apply_nodes:
             if not isinstance(node.op, MinibatchOp):
