@@ -9,7 +9,9 @@ Problems (float64 throughout, prior sds as written):
   ``--rows-per-group R`` rows (default 10⁴ × 100), D = 5 shared slopes ``w ~ N(0, 10²)``,
   ``logit = a[group] + X w`` with ``a_g ~ N(mu, sigma)``, ``mu ~ N(0, 5²)``,
   ``sigma ~ HalfNormal(2)``, written NON-CENTRED in every sampler (``z_g ~ N(0, 1)``,
-  ``a = mu + sigma z``). Accuracy is judged on ``mu, sigma, w`` and all G intercepts ``a``.
+  ``a = mu + sigma z``), or CENTRED with ``--centered`` (``a_g ~ N(mu, sigma)``, better
+  when every group has many rows). Accuracy is judged on ``mu, sigma, w`` and all G
+  intercepts ``a``.
 
 Reference posterior. Logistic: the mode by Newton's method on all rows and the Laplace
 covariance (means = mode, sds = sqrt(diag(inv(-Hessian)))), accurate at these sizes;
@@ -230,7 +232,10 @@ def to_matrix(model: str, draws: dict) -> np.ndarray:
         return w
     mu = np.asarray(draws["mu"], dtype=np.float64)[..., None]
     sigma = np.asarray(draws["sigma"], dtype=np.float64)[..., None]
-    a = mu + sigma * np.asarray(draws["z"], dtype=np.float64)
+    if "a" in draws:
+        a = np.asarray(draws["a"], dtype=np.float64)
+    else:
+        a = mu + sigma * np.asarray(draws["z"], dtype=np.float64)
     return np.concatenate([mu, sigma, w, a], axis=-1)
 
 
@@ -382,8 +387,11 @@ def pymc_model(cfg, X, y, g, minibatch: bool):
         if g is not None:
             mu = pm.Normal("mu", 0.0, MU_SD)
             sigma = pm.HalfNormal("sigma", SIGMA_SCALE)
-            z = pm.Normal("z", 0.0, 1.0, shape=cfg["groups"])
-            logit = logit + (mu + sigma * z)[gd]
+            if cfg.get("centered"):
+                a = pm.Normal("a", mu, sigma, shape=cfg["groups"])
+            else:
+                a = mu + sigma * pm.Normal("z", 0.0, 1.0, shape=cfg["groups"])
+            logit = logit + a[gd]
         pm.Bernoulli("y", logit_p=logit, observed=yd, total_size=n if minibatch else None)
     return model
 
@@ -540,7 +548,7 @@ def _describe(adapter) -> str | None:
     return None
 
 
-def numpyro_model_fn(hier: bool, groups: int):
+def numpyro_model_fn(hier: bool, groups: int, centered: bool = False):
     import numpyro
     import numpyro.distributions as dist
 
@@ -550,8 +558,12 @@ def numpyro_model_fn(hier: bool, groups: int):
         if hier:
             mu = numpyro.sample("mu", dist.Normal(0.0, MU_SD))
             sigma = numpyro.sample("sigma", dist.HalfNormal(SIGMA_SCALE))
-            z = numpyro.sample("z", dist.Normal(0.0, 1.0).expand([groups]).to_event(1))
-            logit = logit + mu + sigma * z[g]
+            if centered:
+                a = numpyro.sample("a", dist.Normal(mu, sigma).expand([groups]).to_event(1))
+            else:
+                z = numpyro.sample("z", dist.Normal(0.0, 1.0).expand([groups]).to_event(1))
+                a = mu + sigma * z
+            logit = logit + a[g]
         numpyro.sample("y", dist.Bernoulli(logits=logit), obs=y)
 
     return model
@@ -564,7 +576,7 @@ def run_numpyro(cfg, X, y, g, names, t0) -> dict:
     from numpyro.infer import MCMC, NUTS
 
     jax_clock = JaxCompileClock()
-    model = numpyro_model_fn(g is not None, cfg.get("groups", 0))
+    model = numpyro_model_fn(g is not None, cfg.get("groups", 0), cfg.get("centered", False))
     data = (jnp.asarray(X), jnp.asarray(y)) + ((jnp.asarray(g),) if g is not None else ())
     mcmc = MCMC(
         NUTS(model),
@@ -619,7 +631,8 @@ def worker(cfg: dict) -> None:
         X, y = np.load(paths["X"]), np.load(paths["y"])
         g = np.load(paths["g"]) if paths.get("g") else None
         result["data_mb"] = sum(a.nbytes for a in (X, y, g) if a is not None) / 2**20
-        names = ["w"] if g is None else ["mu", "sigma", "z", "w"]
+        local = "a" if cfg.get("centered") else "z"
+        names = ["w"] if g is None else ["mu", "sigma", local, "w"]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t0 = time.perf_counter()
@@ -979,7 +992,8 @@ def reference(args, data, workdir: Path, cache: Path, base: dict) -> tuple[Path,
         "reference": None,
     }
     length = f"{args.reference_chains}x{args.reference_draws}+{args.reference_tune}"
-    nuts_path = cache / f"reference-{data['key']}-{length}.npz"
+    form = "-centred" if args.centered else ""
+    nuts_path = cache / f"reference-{data['key']}{form}-{length}.npz"
     info: dict = {}
     lines = []
 
@@ -1053,6 +1067,11 @@ def main() -> None:
     add("--cols", dest="n_cols", type=int, default=None, help="features D (10; hierarchical 5)")
     add("--groups", type=int, default=10_000, help="hierarchical: groups G")
     add("--rows-per-group", type=int, default=100, help="hierarchical: rows per group R")
+    add(
+        "--centered",
+        action="store_true",
+        help="hierarchical: a_g ~ N(mu, sigma) sampled directly (default: non-centred)",
+    )
     add("--chains", type=int, default=2)
     add("--tune", type=int, default=1000)
     add("--draws", type=int, default=2000, help="kept draws per chain (default 2,000)")
@@ -1157,11 +1176,13 @@ def run(args, cache: Path, workdir: Path) -> None:
         "mean_tol": args.mean_tol,
         "sd_tol": args.sd_tol,
         "every": args.check_every,
+        "centered": args.centered,
     }
     ref_path, ref_lines, ref_info = reference(args, data, workdir, cache, base)
     base["reference"] = str(ref_path)
     problem = (
-        f"varying-intercept logistic regression (non-centred), {args.groups:,} groups × "
+        f"varying-intercept logistic regression "
+        f"({'centred' if args.centered else 'non-centred'}), {args.groups:,} groups × "
         f"{args.rows_per_group} rows = {args.n_rows:,} rows, {args.n_cols} slopes"
         if hier
         else f"logistic regression, {args.n_rows:,} rows × {args.n_cols} features"
