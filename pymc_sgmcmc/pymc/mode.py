@@ -378,16 +378,32 @@ def _newton(finder, position, logp, gradient, rng, max_steps: int = 10):
 
 
 def _sd(hessian: np.ndarray) -> np.ndarray:
-    """The Laplace sds ``1 / sqrt(−H_ii)`` (of the conditionals), the differences' scale."""
-    return 1.0 / np.sqrt(np.maximum(-np.diag(hessian), 1e-300))
+    """The Laplace sds ``1 / sqrt(−H_ii)`` (of the conditionals), the differences' scale.
+
+    ``hessian`` is the matrix or only its diagonal.
+    """
+    diagonal = hessian if hessian.ndim == 1 else np.diag(hessian)
+    return 1.0 / np.sqrt(np.maximum(-diagonal, 1e-300))
+
+
+def _at_sd_scale(estimate, position: np.ndarray, sd: np.ndarray | None) -> np.ndarray:
+    """``estimate(scale)`` (a Hessian or its diagonal) with steps a thousandth of each sd.
+
+    The differencing routines step ``1e-4 × scale``; a thousandth of the sd is accurate
+    whatever the posterior's scale. Without ``sd`` a first round with unit-scale steps
+    finds the sds.
+    """
+    if sd is None:
+        sd = _sd(estimate(np.maximum(np.abs(position), 1.0)))
+    return estimate(1e-3 * sd / 1e-4)
 
 
 def _dense_hessian(finder, position, rng, sd: np.ndarray | None = None) -> np.ndarray:
-    """The Hessian by central differences, with steps of a thousandth of each sd.
+    """The Hessian by central differences (:func:`_at_sd_scale`).
 
-    Without ``sd`` a first round with unit-scale steps finds the sds. With ``pm.Minibatch``
-    data the gradients are on up to ``CURVATURE_SUBSAMPLE_ROWS`` random rows (scaled to
-    the data): the curvature's relative error is then about ``1 / sqrt(rows)``.
+    With ``pm.Minibatch`` data the gradients are on up to ``CURVATURE_SUBSAMPLE_ROWS``
+    random rows (scaled to the data): the curvature's relative error is then about
+    ``1 / sqrt(rows)``.
     """
     if finder.flat.groups:
         cap = CURVATURE_SUBSAMPLE_ROWS
@@ -400,27 +416,26 @@ def _dense_hessian(finder, position, rng, sd: np.ndarray | None = None) -> np.nd
         def gradient(x: np.ndarray) -> np.ndarray:
             return finder.full_pass(x)[1]
 
-    if sd is None:
-        first = hessian_by_differences(gradient, position, np.maximum(np.abs(position), 1.0))
-        sd = _sd(first)
-    return hessian_by_differences(gradient, position, 1e-3 * sd / 1e-4)
+    return _at_sd_scale(
+        lambda scale: hessian_by_differences(gradient, position, scale), position, sd
+    )
 
 
 def _laplace(finder, position, kind, rng, near: np.ndarray | None = None) -> np.ndarray:
     """The Laplace covariance at ``position``; ``near``: a Hessian close by (its scale)."""
+    sd = None if near is None else _sd(near)
     if kind == "diagonal":
-        scale = np.maximum(np.abs(position), 1.0)
-        hessian = hessian_diagonal_by_probes(
-            lambda x: finder.full_pass(x)[1], position, scale, 64, rng
-        )
-        # Second round with steps of a thousandth of each sd, where the difference is
-        # accurate whatever the posterior's scale.
-        sd = 1.0 / np.sqrt(np.maximum(-hessian, 1e-300))
-        hessian = hessian_diagonal_by_probes(
-            lambda x: finder.full_pass(x)[1], position, 1e-3 * sd / 1e-4, 64, rng
+
+        def gradient(x: np.ndarray) -> np.ndarray:
+            return finder.full_pass(x)[1]
+
+        hessian = _at_sd_scale(
+            lambda scale: hessian_diagonal_by_probes(gradient, position, scale, 64, rng),
+            position,
+            sd,
         )
     else:
-        hessian = _dense_hessian(finder, position, rng, None if near is None else _sd(near))
+        hessian = _dense_hessian(finder, position, rng, sd)
     try:
         return laplace_covariance(hessian)
     except np.linalg.LinAlgError:
