@@ -7,6 +7,7 @@
 from pymc_sgmcmc.adaptation.sample_size import SampleSizeRule
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
+from pymc_sgmcmc.diagnostics import diagnostics, kernel_stein_discrepancy
 from pymc_sgmcmc.distributions import SphereUniform, VonMisesFisher
 from pymc_sgmcmc.pymc.mode import ModeResult, find_mode
 from pymc_sgmcmc.pymc.samplers import (
@@ -39,7 +40,9 @@ __all__ = [
     "ConstantStepSize",
     "Minibatch",
     "ModeResult",
+    "diagnostics",
     "find_mode",
+    "kernel_stein_discrepancy",
     "PolynomialDecay",
     "__version__",
 ]

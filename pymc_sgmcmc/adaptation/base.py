@@ -36,12 +36,15 @@ class ChainContext(NamedTuple):
         Floating point type of the model.
     sampler : str
         The sampler's class name, for messages.
+    tune : int, optional
+        Tuning iterations of the chain, when known (``pm.sample``'s ``tune``).
     """
 
     rng: np.random.Generator
     dim: int
     dtype: np.dtype
     sampler: str
+    tune: int | None = None
 
 
 class IterationResult(NamedTuple):

@@ -98,6 +98,15 @@ class Kernel:
         The step size of ``step_size="auto"``, in units of the posterior's scale: the
         glue preconditions the chain with the Laplace covariance at the mode (its
         ``metric``), where every direction has about unit scale. None: no default.
+    noise_damping : str, optional
+        The parameter that the gradient noise must stay below (SGHMC's ``friction``,
+        SGNHT's ``diffusion``); None: the injected noise is the step's own (SGLD), or
+        there is none (HMC). See :func:`pymc_sgmcmc.adaptation.step_size.gradient_noise_ratio`.
+    temperature_scale : callable, optional
+        ``(step_size, params) -> float``: the factor that makes the reported
+        ``kinetic_temperature`` average 1 at the discretised dynamics' own equilibrium
+        (with exact gradients on a Gaussian), so that a departure from 1 measures the
+        gradient noise and an oversized step, not the integrator's known bias.
     """
 
     name: str
@@ -114,6 +123,8 @@ class Kernel:
     gradient_at_end: bool = False
     supports_spheres: bool = False
     default_step_size: float | None = None
+    noise_damping: str | None = None
+    temperature_scale: Callable[..., float] | None = None
 
     def __post_init__(self) -> None:
         if self.state_type._fields[0] != "position":

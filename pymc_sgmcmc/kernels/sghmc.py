@@ -71,8 +71,19 @@ def step(state: SGHMCState, target: Target, noise: Array, params: SGHMCParams) -
     return SGHMCState(position, momentum)
 
 
+def temperature_scale(step_size: float, params: SGHMCParams) -> float:
+    """``1 − εc/2``: the explicit friction step's momentum variance is ``1/(1 − εc/2)``.
+
+    With exact gradients on a unit Gaussian, ``r' = (1 − εc) r + …`` keeps
+    ``E[rᵀM⁻¹r/D] = 1/(1 − εc/2)`` (the stationary Lyapunov equation of the scheme), and
+    the rescaled temperature equals the position's variance ratio exactly, so that an
+    oversized step shows up as a temperature above 1.
+    """
+    return 1.0 - 0.5 * float(step_size) * float(params.friction)
+
+
 def stats(state: SGHMCState, params: SGHMCParams) -> dict:
-    """The kinetic temperature ``rᵀM⁻¹r / D`` (1 on average at equilibrium)."""
+    """The kinetic temperature ``rᵀM⁻¹r / D`` (see :func:`temperature_scale`)."""
     temperature = params.metric.kinetic_temperature(state.position, state.momentum)
     return {"kinetic_temperature": float(temperature)}
 
@@ -87,5 +98,7 @@ KERNEL = Kernel(
     stats=stats,
     stats_dtypes={"kinetic_temperature": (np.float64, [])},
     gradient_at_end=True,
+    noise_damping="friction",
+    temperature_scale=temperature_scale,
     default_step_size=0.2,
 )

@@ -85,5 +85,6 @@ KERNEL = Kernel(
     stats=stats,
     stats_dtypes={"kinetic_temperature": (np.float64, []), "thermostat": (np.float64, [])},
     gradient_at_end=True,
+    noise_damping="diffusion",
     default_step_size=0.1,
 )

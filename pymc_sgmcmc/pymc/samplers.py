@@ -159,9 +159,12 @@ class SGHMC(StochasticGradientStep):
     ----------
     friction : float, default 1.0
         ``C > 0``, the friction that absorbs the minibatch gradient noise.
-    noise_estimate : float, default 0.0
+    noise_estimate : float or "auto", default "auto"
         ``B̂``, an estimate of the gradient-noise covariance ``ε V/2``;
-        ``0 ≤ B̂ ≤ C``. The injected noise has variance ``2(C − B̂)ε``.
+        ``0 ≤ B̂ ≤ C``. The injected noise has variance ``2(C − B̂)ε``. "auto": measured
+        during tuning with ``step_size="auto"`` (the mean whitened gradient-noise
+        variance, see :class:`~pymc_sgmcmc.adaptation.step_size.AdaptiveStepSize`), 0
+        with a step size given by hand.
     mass : float, array, optional
         ``M``: identity by default; a positive number, a positive vector (diagonal) or
         a positive-definite matrix, in the order of the raveled sampled variables.
@@ -185,17 +188,23 @@ class SGHMC(StochasticGradientStep):
         step_size: float | StepSizeSchedule | str = "auto",
         n_steps: int = 10,
         friction: float = 1.0,
-        noise_estimate: float = 0.0,
+        noise_estimate: float | str = "auto",
         mass=None,
         resample_momentum: bool = True,
         **kwargs: Any,
     ) -> None:
         self.resample_momentum = bool(resample_momentum)
+        estimated = isinstance(noise_estimate, str) and noise_estimate == "auto"
+        params = sghmc.parameters(
+            friction=friction, noise_estimate=0.0 if estimated else noise_estimate
+        )
+        if estimated:
+            params["noise_estimate"] = "auto"
         super().__init__(
             vars,
             step_size=step_size,
             n_steps=n_steps,
-            kernel_params=sghmc.parameters(friction=friction, noise_estimate=noise_estimate),
+            kernel_params=params,
             mass=mass,
             refresh_every_trajectory=self.resample_momentum,
             **kwargs,

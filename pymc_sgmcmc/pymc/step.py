@@ -17,6 +17,7 @@ import warnings
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.linalg
 from pymc.blocking import RaveledVars, StatsType
 from pymc.exceptions import SamplingError
 from pymc.model import modelcontext
@@ -32,7 +33,13 @@ from rich.table import Column
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.adaptation.step_size import StepSizeAdapter
+from pymc_sgmcmc.adaptation.step_size import (
+    AdaptiveStepSize,
+    StepSizeAdapter,
+    gradient_noise_ratio,
+)
+from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
+from pymc_sgmcmc.diagnostics import chain_check_messages
 from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
@@ -73,6 +80,12 @@ METROPOLIS_STATS: dict[str, tuple[Any, list]] = {
 }
 """Statistics of a sampler whose kernel has an energy (a Metropolis–Hastings test)."""
 
+NOISE_PROBES_AT_START = 8
+"""Gradient-noise measurements at a chain's start and after each change of the metric."""
+
+NOISE_PROBE_EVERY = {True: 5, False: 20}
+"""Iterations between gradient-noise measurements, during tuning and after it."""
+
 
 @dataclass_state
 class StochasticGradientState(StepMethodState):
@@ -88,6 +101,9 @@ class StochasticGradientState(StepMethodState):
     step_size_adapter: Any
     mass_adapter: Any
     anchor: Any
+    noise_sum: Any
+    noise_probes: int
+    draw_stats: dict
 
 
 class StochasticGradientStep(ArrayStepShared):
@@ -102,8 +118,10 @@ class StochasticGradientStep(ArrayStepShared):
         Variables to sample; by default all continuous free variables.
     step_size : float, schedule or "auto"
         ``ε``: a positive number, a schedule such as :class:`pymc_sgmcmc.PolynomialDecay`,
-        or ``"auto"``: the kernel's :attr:`~pymc_sgmcmc.kernels.base.Kernel.default_step_size`
-        in a metric set to the Laplace covariance at the mode (found before sampling).
+        or ``"auto"``: learned during tuning
+        (:class:`~pymc_sgmcmc.adaptation.step_size.AdaptiveStepSize`), from the kernel's
+        :attr:`~pymc_sgmcmc.kernels.base.Kernel.default_step_size` in a metric set to the
+        Laplace covariance at the mode (found before sampling).
     gradient : {"auto", "minibatch", "control_variates", "svrg"}
         The gradient estimator (:mod:`pymc_sgmcmc.gradients`); "auto" is
         "control_variates" for a model with ``pm.Minibatch`` data and "minibatch" (then
@@ -132,6 +150,11 @@ class StochasticGradientStep(ArrayStepShared):
     mass_adapter : Adapter, optional
         An adapter that owns (and learns) the metric instead, e.g.
         :class:`~pymc_sgmcmc.adaptation.em.MassEM`.
+    adapt_mass : bool
+        With ``step_size="auto"`` and no ``mass`` or ``mass_adapter``: rescale the
+        Laplace metric from the tuning draws in windows
+        (:class:`~pymc_sgmcmc.adaptation.windowed_mass.WindowedMass`). False keeps the
+        Laplace metric.
     refresh_every_trajectory : bool
         Apply the kernel's ``refresh`` (fresh momentum) at the start of every trajectory.
     step_jitter : float
@@ -169,6 +192,10 @@ class StochasticGradientStep(ArrayStepShared):
             stats.update(METROPOLIS_STATS)
         if cls.mass_adapter_class is not None:
             stats.update(cls.mass_adapter_class.stats_dtypes_shapes)
+        elif "metric" in kernel.params_type._fields:
+            stats.update(WindowedMass.stats_dtypes_shapes)
+        if _measures_noise(kernel):
+            stats["gradient_noise"] = (np.float64, [])
         cls.stats_dtypes_shapes = stats
 
     def __new__(cls, *args: Any, **kwargs: Any):  # noqa: D102
@@ -207,6 +234,7 @@ class StochasticGradientStep(ArrayStepShared):
         kernel_params: dict[str, Any] | None = None,
         mass: Any = None,
         mass_adapter: Adapter | None = None,
+        adapt_mass: bool = True,
         refresh_every_trajectory: bool = False,
         step_jitter: float = 0.0,
         allow_missing_total_size: bool = False,
@@ -235,6 +263,7 @@ class StochasticGradientStep(ArrayStepShared):
             "'step' draws fresh rows for every gradient, 'trajectory' one set per draw.",
         )
         self.mass_adapter = mass_adapter
+        self.adapt_mass = bool(adapt_mass)
         if isinstance(step_size, str) and step_size != "auto":
             raise TypeError(
                 f"step_size must be a real number, a schedule or 'auto', got {step_size!r}."
@@ -277,6 +306,10 @@ class StochasticGradientStep(ArrayStepShared):
         )
         fields = kernel.params_type._fields
         fixed = dict(kernel_params or {})
+        # SGHMC's noise_estimate="auto": measured with the step size, else 0.
+        self._estimates_noise = isinstance(fixed.get("noise_estimate"), str)
+        if self._estimates_noise:
+            fixed["noise_estimate"] = 0.0
         if "metric" in fields and mass_adapter is None and "metric" not in fixed:
             fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
         if "layout" in fields:
@@ -310,12 +343,24 @@ class StochasticGradientStep(ArrayStepShared):
         if self.gradient in ANCHORED_GRADIENTS:
             self._initial_anchor = self._make_anchor(anchor)
         if precondition:
-            step_size = kernel.default_step_size
             self._precondition()
-        self.step_size_adapter = StepSizeAdapter(step_size, jitter=step_jitter)
+            damping = (
+                float(self._fixed_params[kernel.noise_damping]) if kernel.noise_damping else 1.0
+            )
+            self.step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
+                kernel.default_step_size,
+                metropolis=kernel.energy is not None,
+                damping=damping,
+                jitter=step_jitter,
+                estimates_noise=self._estimates_noise,
+            )
+        else:
+            self.step_size_adapter = StepSizeAdapter(step_size, jitter=step_jitter)
         self._learning_adapters = tuple(
-            a for a in (self.step_size_adapter, mass_adapter) if a is not None and a.learns
+            a for a in (self.step_size_adapter, self.mass_adapter) if a is not None and a.learns
         )
+        self._tune_iterations = 0
+        self._draw_iterations = 0
         self._reset_chain()
 
     # -- gradient estimator, mode and anchor ------------------------------------------
@@ -451,7 +496,10 @@ class StochasticGradientStep(ArrayStepShared):
                 )
             return
         if "metric" in self.kernel.params_type._fields and not self._mass_given:
-            self._fixed_params["metric"] = metric_from_inverse(covariance, self._dtype)
+            if self.adapt_mass:
+                self.mass_adapter = WindowedMass(covariance)
+            else:
+                self._fixed_params["metric"] = metric_from_inverse(covariance, self._dtype)
 
     # -- parameters ------------------------------------------------------------------
 
@@ -460,6 +508,10 @@ class StochasticGradientStep(ArrayStepShared):
         values = dict(self._fixed_params)
         if self.mass_adapter is not None:
             values.update(self.mass_adapter.parameters())
+        values.update(
+            (key, np.asarray(value, dtype=self._dtype))
+            for key, value in self.step_size_adapter.parameters().items()
+        )
         values["step_size"] = np.asarray(np.nan, dtype=self._dtype)
         self.params = self.kernel.params_type(**values)
         # Every array but the step size, in the compiled function's input order.
@@ -588,7 +640,9 @@ class StochasticGradientStep(ArrayStepShared):
         # generator is replaced (setup_chain, sampling_state).
         chain = self.__dict__.get("_chain")
         if chain is None or chain.rng is not self.rng:
-            chain = self._chain = ChainContext(self.rng, self.dim, self._dtype, type(self).__name__)
+            chain = self._chain = ChainContext(
+                self.rng, self.dim, self._dtype, type(self).__name__, self._tune_iterations
+            )
         return chain
 
     def _reset_chain(self) -> None:
@@ -601,6 +655,10 @@ class StochasticGradientStep(ArrayStepShared):
         self.refresh_pending = False
         self.position_gradient = None
         self.anchor = self._initial_anchor
+        self.noise_sum = np.zeros(self.dim)
+        self.noise_probes = 0
+        self.draw_stats = {"kinetic_temperature": [], "thermostat": [], "gradient_noise": []}
+        self.__dict__.pop("_chain", None)  # the tuning length may have changed
         for adapter in self._adapters:
             adapter.init_chain(self._chain_context())
         self._read_parameters()
@@ -629,6 +687,7 @@ class StochasticGradientStep(ArrayStepShared):
             if finder._full is not None:
                 finder._full.n_rows = list(self._n_rows)
             self._initial_anchor = self._anchor_at(self._initial_anchor.position, "anchor")
+        self._tune_iterations, self._draw_iterations = int(tune), int(draws)
         self._reset_chain()
         self.tune = tune > 0
 
@@ -637,6 +696,11 @@ class StochasticGradientStep(ArrayStepShared):
         self.tune = False
         for adapter in self._adapters:
             adapter.finalize()
+        self._read_parameters()
+        self.consecutive_divergences = 0
+        # The noise is measured afresh at the frozen step and metric.
+        self.noise_sum = np.zeros(self.dim)
+        self.noise_probes = 0
 
     @staticmethod
     def competence(var, has_grad):
@@ -695,6 +759,10 @@ class StochasticGradientStep(ArrayStepShared):
         ):
             # SVRG (Dubey et al.): move the anchor to the chain's state, a full-data pass.
             self.anchor = self._anchor_at(q0.data, "chain's")
+        if self._noise_probe_due():
+            self._measure_gradient_noise(
+                q0.data, NOISE_PROBES_AT_START if self.iteration == 0 else 1
+            )
         step_size = self.step_size_adapter.current(self.iteration, self.rng)
         outputs = fn(*self.trajectory_inputs(q0.data, step_size))
         self.refresh_pending = False
@@ -732,11 +800,85 @@ class StochasticGradientStep(ArrayStepShared):
         stats["divergences"] = self.divergences
         if kernel.stats_dtypes:
             stats.update(kernel.stats(end, self.params))
+            if kernel.temperature_scale is not None and "kinetic_temperature" in stats:
+                stats["kinetic_temperature"] *= kernel.temperature_scale(step_size, self.params)
+        if _measures_noise(kernel):
+            stats["gradient_noise"] = self._gradient_noise_ratio(step_size)
         if self._learning_adapters:
             self._adapt(end, gradient, diverging, accept)
         if self.mass_adapter is not None:
             stats.update(self.mass_adapter.stats())
+        elif "mass_updates" in self.stats_dtypes_shapes:
+            stats["mass_updates"] = 0
+        if not self.tune:
+            self._record_draw(stats)
         return RaveledVars(end.position, q0.point_map_info), [stats]
+
+    # -- gradient noise and the chain's checks ---------------------------------------
+
+    def _noise_probe_due(self) -> bool:
+        if not (_measures_noise(self.kernel) and self._flat.groups):
+            return False
+        every = NOISE_PROBE_EVERY[bool(self.tune)]
+        return self.noise_probes == 0 or self.iteration % every == 0
+
+    def gradient_noise_variance(self, position: np.ndarray) -> np.ndarray:
+        """One measurement of the gradient estimate's variance at ``position``, whitened.
+
+        Two independent minibatches (of the sampler's batch sizes) give two estimates
+        ``g₁``, ``g₂`` of the gradient by the sampler's estimator (plain, or anchored
+        control variates); ``d = L⁻¹(g₁ − g₂)`` with ``M = LLᵀ`` the current metric, and
+        ``d²/2`` is an unbiased estimate of ``diag(L⁻¹VL⁻ᵀ)``.
+        """
+        finder = self._mode_finder()
+        batch_sizes = [g.batch_size for g in self._flat.groups]
+        draws = [
+            [
+                self.rng.integers(0, n, size=b)
+                for n, b in zip(self._n_rows, batch_sizes, strict=True)
+            ]
+            for _ in range(2)
+        ]
+        first, second = (finder.subsample_pass(position, rows)[1] for rows in draws)
+        difference = first - second
+        if self.gradient in ANCHORED_GRADIENTS and self.anchor is not None:
+            at_anchor = [finder.subsample_pass(self.anchor.position, rows)[1] for rows in draws]
+            difference -= at_anchor[0] - at_anchor[1]
+        metric = self.params.metric
+        if metric.is_dense:
+            whitened = scipy.linalg.solve_triangular(metric.factor, difference, lower=True)
+        else:
+            whitened = difference / metric.factor
+        return np.asarray(whitened, dtype=float) ** 2 / 2.0
+
+    def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
+        for _ in range(probes):
+            variance = self.gradient_noise_variance(position)
+            if np.all(np.isfinite(variance)):
+                self.noise_sum = self.noise_sum + variance
+                self.noise_probes += 1
+        if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize) and self.noise_probes:
+            self.step_size_adapter.set_noise_variance(self.noise_sum / self.noise_probes)
+            if self._estimates_noise:
+                self._read_parameters()
+
+    def _gradient_noise_ratio(self, step_size: float) -> float:
+        """``B̂/C`` of the measured noise at ``step_size`` (0 for exact gradients)."""
+        if not self._flat.groups:
+            return 0.0
+        if not self.noise_probes:
+            return np.nan
+        damping = self.kernel.noise_damping
+        damping = float(self._fixed_params[damping]) if damping else 1.0
+        return gradient_noise_ratio(step_size, self.noise_sum / self.noise_probes, damping)
+
+    def _record_draw(self, stats: dict[str, Any]) -> None:
+        for name, values in self.draw_stats.items():
+            if name in stats:
+                values.append(float(stats[name]))
+        if self.iteration == self._tune_iterations + self._draw_iterations:
+            for message in chain_check_messages(type(self).__name__, self.draw_stats):
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _chain_start(self, position: np.ndarray) -> np.ndarray:
         """Where a chain starts: a draw from the Laplace approximation, or ``position``."""
@@ -803,13 +945,24 @@ class StochasticGradientStep(ArrayStepShared):
             changed |= adapter.update(result, chain)
         if changed:
             self._read_parameters()
-            if "metric" in changed and self.kernel.refresh is not None:
-                # A carried momentum must follow N(0, M) under the new mass.
-                self.refresh_pending = True
+            if "metric" in changed:
+                if self.kernel.refresh is not None:
+                    # A carried momentum must follow N(0, M) under the new mass.
+                    self.refresh_pending = True
+                # The step size was learned in the old metric's units.
+                self.step_size_adapter.restart()
+                self.noise_sum = np.zeros(self.dim)
+                self.noise_probes = 0
+                if self._noise_probe_due():
+                    self._measure_gradient_noise(state.position, NOISE_PROBES_AT_START)
 
     def _record_divergence(self, step_size: float) -> None:
         self.divergences += 1
         self.consecutive_divergences += 1
+        if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize):
+            # Part of tuning: the step size shrinks (dual averaging, or halving), and
+            # PyMC's NUTS does not warn about tuning divergences either.
+            return
         fresh = " and ".join(self.kernel.resamples)
         restart = (
             f"the chain restarted from its last finite state with a fresh {fresh}"
@@ -852,6 +1005,11 @@ class StochasticGradientStep(ArrayStepShared):
             }
 
         return (update_stats,)
+
+
+def _measures_noise(kernel: Kernel) -> bool:
+    """Whether the sampler measures its gradient noise (with ``pm.Minibatch`` data)."""
+    return kernel.step_noise and "metric" in kernel.params_type._fields
 
 
 def _check_vars(sampler: str, kernel: Kernel, vars: list[TensorVariable], model) -> None:

@@ -1,0 +1,321 @@
+"""Checks that see what R-hat and ESS cannot: the bias of a stochastic-gradient chain.
+
+A stochastic-gradient chain without a Metropolis test can mix well and still sample the
+wrong distribution: too hot when the gradient noise exceeds the friction, distorted when
+the step is too large. Its own statistics say so:
+
+- the kinetic temperature ``pᵀM⁻¹p/D`` averages 1 at equilibrium (momentum samplers);
+- the gradient-noise ratio ``B̂/C`` (:func:`pymc_sgmcmc.adaptation.step_size.gradient_noise_ratio`)
+  must stay well below 1 for the injected noise to dominate;
+- an SGNHT thermostat settles; one that drifts has not reached equilibrium;
+- divergences.
+
+The kernel Stein discrepancy (Gorham and Mackey, "Measuring sample quality with
+kernels", 2017) measures the distance of the draws from the posterior through its score
+``∇log p`` alone: a number users can compare across samplers on the same model.
+:func:`diagnostics` reports all of them per chain; the step methods warn at the end of
+each chain when a check fails, as PyMC warns about divergences.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytensor
+from arviz_stats.base import array_stats
+from pytensor.graph.replace import graph_replace
+
+KINETIC_TEMPERATURE_TOLERANCE = 0.1
+"""Relative departure of the mean kinetic temperature from 1 that fails the check."""
+
+GRADIENT_NOISE_LIMIT = 0.25
+"""Gradient-noise ratio ``B̂/C`` above which the chain is too hot by more than ~12 % in sd."""
+
+THERMOSTAT_DRIFT_TOLERANCE = 0.1
+"""Relative change of the thermostat's mean from the first to the second half that fails."""
+
+MONTE_CARLO_Z = 4.0
+"""Departures within this many Monte Carlo standard errors never fail a check."""
+
+
+def _mean_and_standard_error(values: np.ndarray) -> tuple[float, float]:
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size < 4:
+        return (float(np.mean(values)) if values.size else np.nan), np.inf
+    ess = float(array_stats.ess(values[None], chain_axis=0, draw_axis=1, method="mean"))
+    ess = min(max(ess, 1.0), values.size) if np.isfinite(ess) else 1.0
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(ess))
+
+
+def kinetic_temperature_departure(values: Sequence[float]) -> tuple[float, bool]:
+    """Mean kinetic temperature of a chain, and whether it departs from 1.
+
+    A departure fails when it exceeds both :data:`KINETIC_TEMPERATURE_TOLERANCE` and
+    :data:`MONTE_CARLO_Z` Monte Carlo standard errors (ESS-based).
+    """
+    mean, error = _mean_and_standard_error(np.asarray(values))
+    departure = abs(mean - 1.0)
+    return mean, bool(departure > max(KINETIC_TEMPERATURE_TOLERANCE, MONTE_CARLO_Z * error))
+
+
+def thermostat_drift(values: Sequence[float]) -> tuple[float, bool]:
+    """Change of the thermostat's mean from the first half of the draws to the second.
+
+    Returns the change relative to the overall mean's magnitude (or the thermostat's sd
+    if that is larger), and whether it fails: larger than
+    :data:`THERMOSTAT_DRIFT_TOLERANCE` and than :data:`MONTE_CARLO_Z` standard errors.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.size < 8:
+        return np.nan, False
+    half = values.size // 2
+    first, first_error = _mean_and_standard_error(values[:half])
+    second, second_error = _mean_and_standard_error(values[half:])
+    scale = max(abs(float(values.mean())), float(values.std()), 1e-12)
+    change = second - first
+    error = float(np.hypot(first_error, second_error))
+    fails = abs(change) > max(THERMOSTAT_DRIFT_TOLERANCE * scale, MONTE_CARLO_Z * error)
+    return float(change / scale), bool(fails)
+
+
+def gradient_noise_level(values: Sequence[float]) -> tuple[float, bool]:
+    """The chain's last measured gradient-noise ratio ``B̂/C``, and whether it is too high."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return np.nan, False
+    level = float(values[-1])
+    return level, bool(level > GRADIENT_NOISE_LIMIT)
+
+
+def chain_check_messages(sampler: str, draw_stats: Mapping[str, Sequence[float]]) -> list[str]:
+    """Messages for the checks one chain fails, from its per-draw statistics."""
+    messages = []
+    temperature = draw_stats.get("kinetic_temperature") or []
+    if len(temperature):
+        mean, fails = kinetic_temperature_departure(temperature)
+        if fails:
+            messages.append(
+                f"{sampler}: the chain's mean kinetic temperature is {mean:.3g}, not 1: its "
+                f"draws come from a {'too wide' if mean > 1 else 'too narrow'} posterior. "
+                "Too hot: the step size is too large or the friction too small for the "
+                "gradient noise; use step_size='auto', a smaller step_size, or larger "
+                "minibatches. Too cold: the dynamics inject too little noise (a sampler "
+                "of your own?) or the chain has not reached equilibrium (tune longer)."
+            )
+    noise = draw_stats.get("gradient_noise") or []
+    if len(noise):
+        level, fails = gradient_noise_level(noise)
+        if fails:
+            messages.append(
+                f"{sampler}: the minibatch gradient noise is {level:.3g} of the injected "
+                f"noise (B̂/C; above {GRADIENT_NOISE_LIMIT} the posterior sds come out too "
+                "wide). Use step_size='auto', raise the friction, lower the step size, use "
+                "larger minibatches or gradient='control_variates'."
+            )
+    thermostat = draw_stats.get("thermostat") or []
+    if len(thermostat):
+        change, fails = thermostat_drift(thermostat)
+        if fails:
+            messages.append(
+                f"{sampler}: the thermostat drifted by {change:+.3g} (relative) between the "
+                "first and the second half of the draws: the chain had not reached "
+                "equilibrium. Tune longer (tune=) or use step_size='auto'."
+            )
+    return messages
+
+
+def kernel_stein_discrepancy(
+    samples: np.ndarray, scores: np.ndarray, c: float = 1.0, beta: float = -0.5
+) -> float:
+    """The kernel Stein discrepancy of ``samples`` with the inverse multiquadric kernel.
+
+    Gorham and Mackey, "Measuring sample quality with kernels" (2017), eq. 4 with the
+    Stein kernel of the IMQ base kernel ``k(x, y) = (c² + ‖x − y‖²)^β``, ``β ∈ (−1, 0)``::
+
+        k₀(x, y) = s(x)·s(y) k + 2β u^(β−1) (s(y) − s(x))·(x − y)
+                   − 2βd u^(β−1) − 4β(β − 1) u^(β−2) ‖x − y‖²,   u = c² + ‖x − y‖²
+
+    with ``s = ∇log p`` the score; the discrepancy is ``√(mean over all pairs of k₀)``.
+    It is zero only for the target itself (for these ``c`` and ``β``, their Theorem 8)
+    and decreases like ``1/√n`` for independent exact draws.
+
+    Parameters
+    ----------
+    samples : ndarray
+        Shape ``(n, d)``: the draws.
+    scores : ndarray
+        Shape ``(n, d)``: ``∇log p`` at each draw.
+    c, beta : float
+        The IMQ kernel's parameters (the paper's defaults, ``c = 1``, ``β = −1/2``).
+    """
+    x = np.asarray(samples, dtype=float)
+    s = np.asarray(scores, dtype=float)
+    n, d = x.shape
+    difference = x[:, None, :] - x[None, :, :]
+    squared = np.einsum("ijk,ijk->ij", difference, difference)
+    u = c**2 + squared
+    base = u**beta
+    score_products = s @ s.T
+    # (s(y) − s(x))·(x − y) for x = x_i, y = x_j.
+    cross = np.einsum("jk,ijk->ij", s, difference) - np.einsum("ik,ijk->ij", s, difference)
+    stein = (
+        score_products * base
+        + 2.0 * beta * u ** (beta - 1.0) * cross
+        - 2.0 * beta * d * u ** (beta - 1.0)
+        - 4.0 * beta * (beta - 1.0) * u ** (beta - 2.0) * squared
+    )
+    return float(np.sqrt(max(stein.sum() / n**2, 0.0)))
+
+
+def diagnostics(
+    idata: Any,
+    model: Any = None,
+    *,
+    stein: bool = True,
+    max_draws: int = 500,
+    scale: np.ndarray | None = None,
+    warn: bool = True,
+) -> pd.DataFrame:
+    """The checks of a stochastic-gradient run, one row per chain.
+
+    Parameters
+    ----------
+    idata : InferenceData or DataTree
+        What ``pm.sample`` returned with one of this package's samplers.
+    model : pm.Model, optional
+        The model (the one in context by default); needed for the Stein discrepancy.
+    stein : bool
+        Compute the kernel Stein discrepancy (:func:`kernel_stein_discrepancy`) of each
+        chain's draws, in the unconstrained space of the sampled variables, with scores
+        from full-data gradients (one full pass per draw used).
+    max_draws : int
+        Draws per chain the Stein discrepancy uses, evenly thinned.
+    scale : ndarray, optional
+        Each unconstrained coordinate is divided by this before the discrepancy, so
+        that coordinates of different scales weigh alike. By default the pooled sd of the
+        draws; pass the same ``scale`` to compare samplers on one model.
+    warn : bool
+        Emit a warning for each failed check.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Per chain: ``divergences``; ``kinetic_temperature`` (mean; 1 at equilibrium) and
+        ``kinetic_temperature_ok``; ``gradient_noise`` (``B̂/C``, last measurement) and
+        ``gradient_noise_ok``; ``thermostat_drift`` and ``thermostat_ok``; ``stein``
+        (the kernel Stein discrepancy); ``ok`` (every check passed).
+    """
+    stats = idata["sample_stats"]
+    n_chains = stats.sizes["chain"]
+    rows = []
+    for chain in range(n_chains):
+
+        def values(name: str, chain: int = chain) -> np.ndarray:
+            if name not in stats:
+                return np.empty(0)
+            return np.asarray(stats[name].isel(chain=chain).values, dtype=float)
+
+        diverging = values("diverging")
+        row: dict[str, Any] = {"chain": chain, "divergences": int(np.nansum(diverging))}
+        temperature = values("kinetic_temperature")
+        row["kinetic_temperature"], bad = (
+            kinetic_temperature_departure(temperature) if temperature.size else (np.nan, False)
+        )
+        row["kinetic_temperature_ok"] = not bad
+        row["gradient_noise"], bad = gradient_noise_level(values("gradient_noise"))
+        row["gradient_noise_ok"] = not bad
+        thermostat = values("thermostat")
+        row["thermostat_drift"], bad = (
+            thermostat_drift(thermostat) if thermostat.size else (np.nan, False)
+        )
+        row["thermostat_ok"] = not bad
+        rows.append(row)
+    table = pd.DataFrame(rows).set_index("chain")
+    if stein:
+        table["stein"] = _stein_per_chain(idata, model, max_draws, scale)
+    checks = ["kinetic_temperature_ok", "gradient_noise_ok", "thermostat_ok"]
+    table["ok"] = table[checks].all(axis=1) & (table["divergences"] == 0)
+    if warn:
+        for chain, row in table.iterrows():
+            stats_of_chain = {
+                name: np.asarray(stats[name].isel(chain=chain).values, dtype=float).tolist()
+                for name in ("kinetic_temperature", "gradient_noise", "thermostat")
+                if name in stats
+            }
+            for message in chain_check_messages(f"chain {chain}", stats_of_chain):
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+            if row["divergences"]:
+                warnings.warn(
+                    f"chain {chain}: {row['divergences']} divergent draws after tuning.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+    return table
+
+
+def _stein_per_chain(idata, model, max_draws: int, scale) -> list[float]:
+    """The Stein discrepancy of each chain's draws (unconstrained, scaled)."""
+    from pymc.model import modelcontext
+
+    from pymc_sgmcmc.pymc.mode import ModeFinder
+    from pymc_sgmcmc.pymc.model_graph import flat_logp
+
+    model = modelcontext(model)
+    posterior = idata["posterior"]
+    value_vars = [
+        v for v in model.continuous_value_vars if model.values_to_rvs[v].name in posterior
+    ]
+    names = [model.values_to_rvs[v].name for v in value_vars]
+    to_values = _to_unconstrained(model, value_vars)
+    point = model.initial_point()
+    flat = flat_logp(model, value_vars, point)
+    n_rows = [g.n_rows() for g in flat.groups]
+    finder = ModeFinder(model, value_vars, flat, n_rows)
+    n_chains, n_draws = posterior.sizes["chain"], posterior.sizes["draw"]
+    keep = np.unique(np.linspace(0, n_draws - 1, min(max_draws, n_draws)).astype(int))
+    per_chain = []
+    for chain in range(n_chains):
+        constrained = [np.asarray(posterior[name].isel(chain=chain).values)[keep] for name in names]
+        unconstrained = to_values(*constrained)
+        samples = np.concatenate([np.reshape(u, (len(keep), -1)) for u in unconstrained], axis=1)
+        per_chain.append(samples)
+    pooled = np.concatenate(per_chain)
+    if scale is None:
+        scale = pooled.std(axis=0)
+        scale = np.where(scale > 0, scale, 1.0)
+    scale = np.asarray(scale, dtype=float)
+    result = []
+    for samples in per_chain:
+        scores = np.array([finder.full_pass(x)[1] for x in samples])
+        # In the coordinates y = x / scale the score is scale · ∇log p(x).
+        result.append(kernel_stein_discrepancy(samples / scale, scores * scale))
+    return result
+
+
+def _to_unconstrained(model, value_vars):
+    """A compiled map from the variables' constrained values to their value variables."""
+    rvs = [model.values_to_rvs[v] for v in value_vars]
+    inputs = {rv: rv.type(name=rv.name) for rv in model.free_RVs}
+    outputs = []
+    for rv in rvs:
+        transform = model.rvs_to_transforms.get(rv)
+        outputs.append(rv if transform is None else transform.forward(rv, *rv.owner.inputs))
+    outputs = graph_replace(outputs, inputs, strict=False)
+    function = pytensor.function(
+        [inputs[rv] for rv in rvs], outputs, on_unused_input="ignore", mode="FAST_COMPILE"
+    )
+
+    def vectorised(*constrained: np.ndarray) -> list[np.ndarray]:
+        results = [[] for _ in rvs]
+        for draw in zip(*constrained, strict=True):
+            for k, value in enumerate(function(*draw)):
+                results[k].append(np.asarray(value))
+        return [np.asarray(r) for r in results]
+
+    return vectorised
