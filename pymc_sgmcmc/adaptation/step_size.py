@@ -223,16 +223,12 @@ class AdaptiveStepSize(StepSizeAdapter):
         return {"noise_estimate": np.asarray(estimate)}
 
     def restart(self) -> None:
-        """The metric changed: forget the noise measured in its old units.
-
-        Dual averaging restarts from the current step size, as Stan's does after each
-        mass window.
-        """
+        """The metric changed: forget the noise measured in its old units."""
         if self.frozen is not None:
             return
-        if self.metropolis:
-            self.dual = self._dual_averaging(self.nominal(0))
-        # The shrink of past divergences stays; the cap waits for the next measurement.
+        # Dual averaging carries on, as in PyMC's NUTS: restarted at each window it
+        # explored large steps again and ended the final buffer unsettled. The shrink of
+        # past divergences stays; the cap waits for the next measurement.
         self.noise_variance = None
         self.noise_cap = math.inf
 

@@ -1,0 +1,265 @@
+"""Default arguments: the adapters of step_size="auto" and the diagnostics that see SG bias."""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from helpers import sample, stat
+from pymc.exceptions import SamplingError
+
+import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.adaptation.base import ChainContext, IterationResult
+from pymc_sgmcmc.adaptation.step_size import (
+    NOISE_TOLERANCE,
+    AdaptiveStepSize,
+    gradient_noise_ratio,
+    noise_limited_step_size,
+)
+from pymc_sgmcmc.adaptation.windowed_mass import (
+    WindowedMass,
+    adaptation_windows,
+    rescaled_covariance,
+)
+from pymc_sgmcmc.diagnostics import (
+    kernel_stein_discrepancy,
+    kinetic_temperature_departure,
+    thermostat_drift,
+)
+
+ROWS, BATCH, DIM = 5_000, 50, 3
+
+
+@pytest.fixture(scope="module")
+def regression():
+    """Linear regression with known noise and flat priors: an exact Gaussian posterior."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(ROWS, DIM)) * np.array([1.0, 3.0, 0.3])
+    y = x @ np.array([1.0, -0.5, 2.0]) + 5.0 + rng.normal(size=ROWS)
+    design = np.column_stack([np.ones(ROWS), x])
+    covariance = np.linalg.inv(design.T @ design)
+    return x, y, covariance @ design.T @ y, covariance
+
+
+def regression_model(x, y, batch_size=BATCH):
+    with pm.Model() as model:
+        xb, yb = pm.Minibatch(x, y, batch_size=batch_size)
+        intercept = pm.Flat("intercept")
+        beta = pm.Flat("beta", shape=DIM)
+        pm.Normal("y", intercept + xb @ beta, 1.0, observed=yb, total_size=len(y))
+    return model
+
+
+def posterior_error(idata, mean, covariance):
+    draws = np.column_stack(
+        [
+            idata.posterior["intercept"].values.reshape(-1, 1),
+            idata.posterior["beta"].values.reshape(-1, DIM),
+        ]
+    )
+    sd = np.sqrt(np.diag(covariance))
+    return np.abs(draws.mean(0) - mean) / sd, draws.std(0) / sd
+
+
+# -- the step size ---------------------------------------------------------------------
+
+
+def test_noise_limited_step_size_puts_the_noise_ratio_at_its_tolerance():
+    variance = np.array([0.5, 40.0, 3.0])
+    for damping in (1.0, 0.3):
+        step = noise_limited_step_size(variance, damping, 0.1)
+        assert gradient_noise_ratio(step, variance, damping) == pytest.approx(0.1)
+    assert noise_limited_step_size(np.zeros(3), 1.0) == np.inf
+
+
+def test_dual_averaging_reaches_the_target_acceptance_on_a_gaussian():
+    with pm.Model() as model:
+        pm.Normal("x", 0.0, np.array([0.01, 1.0, 30.0, 5.0]))
+    idata = sample(pmsg.HMC(model=model), model, tune=600, draws=600, chains=2)
+    accept = stat(idata, "accept")
+    # Dual averaging targets 0.8; the final step is the averaged one, so the kept
+    # draws' mean acceptance lands near it (PyMC's NUTS checks the same way).
+    assert abs(accept.mean() - 0.8) < 0.08
+    # Fixed after tuning, up to HMC's default jitter of ±15 % per trajectory.
+    steps = stat(idata, "step_size")
+    assert np.all(steps.max(axis=1) / steps.min(axis=1) <= 1.15 / 0.85 + 1e-9)
+
+
+def test_the_sg_step_size_settles_where_the_measured_noise_is_at_its_tolerance(regression):
+    x, y, mean, covariance = regression
+    model = regression_model(x, y)
+    with model:
+        step = pmsg.SGLD(gradient="minibatch", mode_kwargs={"progressbar": False})
+    idata = sample(step, model, tune=300, draws=300, chains=1)
+    # After tuning the noise is measured afresh at the frozen step: it sits at the
+    # tolerance (the worst coordinate), within the measurement's noise.
+    ratio = stat(idata, "gradient_noise")[0, -1]
+    assert 0.5 * NOISE_TOLERANCE < ratio < 1.6 * NOISE_TOLERANCE
+    assert stat(idata, "step_size")[0, -1] < 0.1 * pmsg.SGLD.kernel.default_step_size
+
+
+def test_gradient_noise_variance_is_the_exact_minibatch_variance(regression):
+    x, y, mean, covariance = regression
+    model = regression_model(x, y)
+    with model:
+        step = pmsg.SGLD(gradient="minibatch", step_size=1e-5, mass=2.0)
+    point = mean + np.array([0.0, 0.1, -0.2, 0.05])
+    probes = np.array([step.gradient_noise_variance(point) for _ in range(4000)])
+    # Per-row gradients of the likelihood; the minibatch sum of B rows drawn with
+    # replacement, scaled by N/B, has variance (N²/B) Var_n(g_n) per coordinate.
+    design = np.column_stack([np.ones(ROWS), x])
+    per_row = design * (y - design @ point)[:, None]
+    exact = ROWS**2 / BATCH * per_row.var(axis=0) / 2.0  # whitened by M = 2
+    measured = probes.mean(axis=0)
+    standard_error = probes.std(axis=0) / np.sqrt(len(probes))
+    assert np.all(np.abs(measured - exact) < 4 * standard_error)
+
+
+def test_a_divergence_during_tuning_halves_the_sg_step_and_is_not_fatal():
+    adapter = AdaptiveStepSize(0.2, metropolis=False)
+    chain = ChainContext(np.random.default_rng(0), 2, np.dtype("float64"), "SGHMC", 100)
+    adapter.init_chain(chain)
+    result = IterationResult(0, True, np.zeros(2), None, None, 0.2, True, 1.0)
+    for expected in (0.1, 0.05):
+        adapter.update(result, chain)
+        assert adapter.nominal(1) == pytest.approx(expected)
+    adapter.finalize()
+    assert adapter.nominal(10) == pytest.approx(0.05)
+
+
+def test_tuning_survives_divergences_that_would_stop_a_fixed_step():
+    # A stiff, badly scaled target from PyMC's initial point: dual averaging's first
+    # large steps diverge, which during tuning only shrinks the step.
+    with pm.Model() as model:
+        pm.Normal("x", 100.0, np.array([1e-3, 1e3]))
+    idata = sample(pmsg.HMC(model=model), model, tune=300, draws=200, chains=1)
+    assert not stat(idata, "diverging").any()
+    mean = idata.posterior["x"].values.reshape(-1, 2).mean(0)
+    assert np.all(np.abs(mean - 100.0) / np.array([1e-3, 1e3]) < 0.5)
+    with pytest.raises(SamplingError, match="times in a row"):
+        sample(pmsg.SGLD(step_size=5.0, model=model), model, tune=0, draws=50)
+
+
+# -- the mass ----------------------------------------------------------------------------
+
+
+def test_adaptation_windows_follow_stans_schedule():
+    assert adaptation_windows(1000) == [(75, 100), (100, 150), (150, 250), (250, 450), (450, 950)]
+    assert adaptation_windows(10) == []
+    windows = adaptation_windows(100)
+    assert windows[0][0] == 15 and windows[-1][1] == 90
+
+
+def test_rescaled_covariance_keeps_correlations_and_takes_new_variances():
+    covariance = np.array([[4.0, 1.2], [1.2, 1.0]])
+    rescaled = rescaled_covariance(covariance, np.array([1.0, 9.0]))
+    assert np.diag(rescaled) == pytest.approx([1.0, 9.0])
+    correlation = covariance[0, 1] / 2.0
+    assert rescaled[0, 1] / np.sqrt(9.0) == pytest.approx(correlation)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_windowed_mass_approaches_the_posterior_covariance(dense):
+    rng = np.random.default_rng(5)
+    sd = np.array([0.01, 1.0, 20.0])
+    correlation = np.array([[1.0, 0.5, 0.0], [0.5, 1.0, -0.3], [0.0, -0.3, 1.0]])
+    covariance = sd[:, None] * correlation * sd[None, :]
+    # A wrong start: the right correlations (as a Laplace fit gives), scales 5x off.
+    start = covariance * 25.0 if dense else np.diag(covariance) / 25.0
+    adapter = WindowedMass(start)
+    tune = 1000
+    chain = ChainContext(rng, 3, np.dtype("float64"), "SGHMC", tune)
+    adapter.init_chain(chain)
+    draws = rng.multivariate_normal(np.zeros(3), covariance, size=tune)
+    for t, position in enumerate(draws):
+        adapter.update(IterationResult(t, True, position, None, None, 0.1, False, 1.0), chain)
+    assert adapter.mass_updates == len(adaptation_windows(tune))
+    learned = adapter.inverse if adapter.inverse.ndim == 1 else np.diag(adapter.inverse)
+    # The last window holds 500 independent draws: variances within ~4 standard errors
+    # (sqrt(2/500) = 6 %), up to the shrinkage toward the previous window.
+    assert learned / np.diag(covariance) == pytest.approx(np.ones(3), rel=0.3)
+    if dense:
+        assert adapter.inverse[0, 1] / np.sqrt(learned[0] * learned[1]) == pytest.approx(0.5)
+
+
+# -- diagnostics -------------------------------------------------------------------------
+
+
+def test_stein_discrepancy_of_one_point_at_the_mode_is_known():
+    # n = 1, x at the mode (score 0): k₀(x, x) = −2βd c^(2β−2) = 1 for β = −1/2, c = d = 1.
+    assert kernel_stein_discrepancy(np.zeros((1, 1)), np.zeros((1, 1))) == pytest.approx(1.0)
+
+
+def test_stein_discrepancy_separates_right_from_wrong_draws():
+    rng = np.random.default_rng(0)
+    exact = rng.standard_normal((400, 3))
+    wide = 1.5 * rng.standard_normal((400, 3))
+    shifted = rng.standard_normal((400, 3)) + 0.5
+    right = kernel_stein_discrepancy(exact, -exact)
+    assert kernel_stein_discrepancy(wide, -wide) > 2 * right
+    assert kernel_stein_discrepancy(shifted, -shifted) > 2 * right
+    more = rng.standard_normal((1600, 3))
+    assert kernel_stein_discrepancy(more, -more) < 0.75 * right  # ~1/sqrt(n)
+
+
+def test_kinetic_temperature_and_thermostat_checks_on_synthetic_series():
+    rng = np.random.default_rng(1)
+    good = 1.0 + 0.1 * rng.standard_normal(2000)
+    assert not kinetic_temperature_departure(good)[1]
+    assert kinetic_temperature_departure(good + 0.3)[1]
+    steady = 2.0 + 0.1 * rng.standard_normal(2000)
+    assert not thermostat_drift(steady)[1]
+    assert thermostat_drift(steady + np.linspace(0.0, 1.0, 2000))[1]
+
+
+def standard_normal_model():
+    with pm.Model() as model:
+        pm.Normal("x", 0.0, 1.0, shape=4)
+    return model
+
+
+def test_a_good_chain_passes_every_check():
+    model = standard_normal_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        idata = sample(
+            pmsg.SGHMC(step_size=0.1, model=model), model, tune=200, draws=1000, chains=2
+        )
+        table = pmsg.diagnostics(idata, model, max_draws=200)
+    assert table["ok"].all()
+
+
+def test_a_step_ten_times_too_large_triggers_the_temperature_warning():
+    model = standard_normal_model()
+    # At ε = 1 (10x the 0.1 of the good chain) the scheme's position variance doubles.
+    with pytest.warns(RuntimeWarning, match=r"kinetic temperature is (1\.9|2)"):
+        idata = sample(
+            pmsg.SGHMC(step_size=1.0, model=model), model, tune=200, draws=1000, chains=1
+        )
+    with pytest.warns(RuntimeWarning, match="kinetic temperature"):
+        table = pmsg.diagnostics(idata, model, max_draws=200)
+    assert not table["kinetic_temperature_ok"].all()
+
+
+def test_friction_below_the_gradient_noise_triggers_its_warning(regression):
+    x, y, mean, covariance = regression
+    model = regression_model(x, y)
+    with model:
+        good = pmsg.SGHMC(gradient="minibatch", mode_kwargs={"progressbar": False})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        idata = sample(good, model, tune=300, draws=300, chains=1)
+    ratio = stat(idata, "gradient_noise")[0, -1]
+    # The same sampler and metric with a step 20x larger: B̂ = εV/2 exceeds C/2.
+    with model:
+        hot = pmsg.SGHMC(
+            gradient="minibatch",
+            step_size=20 * float(stat(idata, "step_size")[0, -1]),
+            mass=np.linalg.inv(covariance),
+            noise_estimate=0.0,
+        )
+    with pytest.warns(RuntimeWarning, match="gradient noise is"):
+        hot_idata = sample(hot, model, tune=0, draws=300, chains=1)
+    assert stat(hot_idata, "gradient_noise")[0, -1] > 10 * ratio
+    table = pmsg.diagnostics(hot_idata, model, stein=False, warn=False)
+    assert not table["gradient_noise_ok"].all()
