@@ -326,6 +326,7 @@ def mass_em_from_kwargs(kwargs: dict[str, Any], sampler: str) -> tuple[MassEM, d
     there still works, with a ``DeprecationWarning``.
     """
     kwargs = dict(kwargs)
+    structure_given = "mass_structure" in kwargs or "mass" in kwargs
     structure = kwargs.pop("mass_structure", "diag")
     argument = "mass_structure"
     mass = kwargs.pop("mass", _NOT_GIVEN)
@@ -349,7 +350,11 @@ def mass_em_from_kwargs(kwargs: dict[str, Any], sampler: str) -> tuple[MassEM, d
         "(the structure the EM sampler learns; a starting mass goes in initial_mass=).",
     )
     options = {key: kwargs.pop(key) for key in EM_OPTIONS if key in kwargs}
-    return MassEM(mass_structure=structure, **options), kwargs
+    adapter = MassEM(mass_structure=structure, **options)
+    # With step_size="auto", a dense Laplace covariance makes the learned mass dense
+    # unless the user chose (see StochasticGradientStep._precondition).
+    adapter.structure_given = structure_given
+    return adapter, kwargs
 
 
 class HMCEM(HMC):

@@ -485,6 +485,10 @@ class StochasticGradientStep(ArrayStepShared):
         if self.mass_adapter is not None:
             from pymc_sgmcmc.adaptation.em import _initial_mass_in_structure
 
+            if covariance.ndim == 2 and not getattr(self.mass_adapter, "structure_given", True):
+                # A diagonal mass from a strongly correlated Laplace fit made the EM
+                # samplers diverge at condition number 1e4 (benchmarks/defaults.py).
+                self.mass_adapter.structure = "dense"
             if self.mass_adapter.initial_mass is None:
                 precision = 1.0 / covariance if covariance.ndim == 1 else 1.0 / np.diag(covariance)
                 if self.mass_adapter.structure == "dense":
