@@ -97,40 +97,56 @@ def gradient_noise_level(values: Sequence[float]) -> tuple[float, bool]:
     return level, bool(level > GRADIENT_NOISE_LIMIT)
 
 
-def chain_check_messages(sampler: str, draw_stats: Mapping[str, Sequence[float]]) -> list[str]:
-    """Messages for the checks one chain fails, from its per-draw statistics."""
+CHAIN_CHECKS = {
+    "kinetic_temperature": kinetic_temperature_departure,
+    "gradient_noise": gradient_noise_level,
+    "thermostat": thermostat_drift,
+}
+"""Each per-draw statistic a chain is checked on, and its check ``(value, fails)``."""
+
+
+def chain_checks(draw_stats: Mapping[str, Sequence[float]]) -> dict[str, tuple[float, bool]]:
+    """The checks of one chain, by statistic, for the statistics it records."""
+    return {
+        name: check(values)
+        for name, check in CHAIN_CHECKS.items()
+        if len(values := draw_stats.get(name, ()))
+    }
+
+
+def chain_check_messages(
+    sampler: str,
+    draw_stats: Mapping[str, Sequence[float]],
+    checks: Mapping[str, tuple[float, bool]] | None = None,
+) -> list[str]:
+    """Messages for the checks one chain fails (``checks``: already computed ones)."""
+    checks = chain_checks(draw_stats) if checks is None else checks
     messages = []
-    temperature = draw_stats.get("kinetic_temperature") or []
-    if len(temperature):
-        mean, fails = kinetic_temperature_departure(temperature)
-        if fails:
-            messages.append(
-                f"{sampler}: the chain's mean kinetic temperature is {mean:.3g}, not 1: its "
-                f"draws come from a {'too wide' if mean > 1 else 'too narrow'} posterior. "
-                "Too hot: the step size is too large or the friction too small for the "
-                "gradient noise; use step_size='auto', a smaller step_size, or larger "
-                "minibatches. Too cold: the dynamics inject too little noise (a sampler "
-                "of your own?) or the chain has not reached equilibrium (tune longer)."
-            )
-    noise = draw_stats.get("gradient_noise") or []
-    if len(noise):
-        level, fails = gradient_noise_level(noise)
-        if fails:
-            messages.append(
-                f"{sampler}: the minibatch gradient noise is {level:.3g} of the injected "
-                f"noise (B̂/C; above {GRADIENT_NOISE_LIMIT} the posterior sds come out too "
-                "wide). Use step_size='auto', raise the friction, lower the step size, use "
-                "larger minibatches or gradient='control_variates'."
-            )
-    thermostat = draw_stats.get("thermostat") or []
-    if len(thermostat):
-        change, fails = thermostat_drift(thermostat)
-        if fails:
-            messages.append(
-                f"{sampler}: the thermostat drifted by {change:+.3g} (relative) between the "
-                "first and the second half of the draws: the chain had not reached "
-                "equilibrium. Tune longer (tune=) or use step_size='auto'."
-            )
+    mean, fails = checks.get("kinetic_temperature", (np.nan, False))
+    if fails:
+        messages.append(
+            f"{sampler}: the chain's mean kinetic temperature is {mean:.3g}, not 1: its "
+            f"draws come from a {'too wide' if mean > 1 else 'too narrow'} posterior. "
+            "Too hot: the step size is too large or the friction too small for the "
+            "gradient noise; use step_size='auto', a smaller step_size, or larger "
+            "minibatches. Too cold: the dynamics inject too little noise (a sampler "
+            "of your own?) or the chain has not reached equilibrium (tune longer)."
+        )
+    level, fails = checks.get("gradient_noise", (np.nan, False))
+    if fails:
+        messages.append(
+            f"{sampler}: the minibatch gradient noise is {level:.3g} of the injected "
+            f"noise (B̂/C; above {GRADIENT_NOISE_LIMIT} the posterior sds come out too "
+            "wide). Use step_size='auto', raise the friction, lower the step size, use "
+            "larger minibatches or gradient='control_variates'."
+        )
+    change, fails = checks.get("thermostat", (np.nan, False))
+    if fails:
+        messages.append(
+            f"{sampler}: the thermostat drifted by {change:+.3g} (relative) between the "
+            "first and the second half of the draws: the chain had not reached "
+            "equilibrium. Tune longer (tune=) or use step_size='auto'."
+        )
     return messages
 
 
@@ -216,43 +232,28 @@ def diagnostics(
         (the kernel Stein discrepancy); ``ok`` (every check passed).
     """
     stats = idata["sample_stats"]
-    n_chains = stats.sizes["chain"]
     rows = []
-    for chain in range(n_chains):
-
-        def values(name: str, chain: int = chain) -> np.ndarray:
-            if name not in stats:
-                return np.empty(0)
-            return np.asarray(stats[name].isel(chain=chain).values, dtype=float)
-
-        diverging = values("diverging")
-        row: dict[str, Any] = {"chain": chain, "divergences": int(np.nansum(diverging))}
-        temperature = values("kinetic_temperature")
-        row["kinetic_temperature"], bad = (
-            kinetic_temperature_departure(temperature) if temperature.size else (np.nan, False)
-        )
-        row["kinetic_temperature_ok"] = not bad
-        row["gradient_noise"], bad = gradient_noise_level(values("gradient_noise"))
-        row["gradient_noise_ok"] = not bad
-        thermostat = values("thermostat")
-        row["thermostat_drift"], bad = (
-            thermostat_drift(thermostat) if thermostat.size else (np.nan, False)
-        )
-        row["thermostat_ok"] = not bad
+    for chain in range(stats.sizes["chain"]):
+        draw_stats = {
+            name: np.asarray(stats[name].isel(chain=chain).values, dtype=float)
+            for name in (*CHAIN_CHECKS, "diverging")
+            if name in stats
+        }
+        checks = chain_checks(draw_stats)
+        row: dict[str, Any] = {
+            "chain": chain,
+            "divergences": int(np.nansum(draw_stats.get("diverging", 0))),
+        }
+        for name, column, ok in (
+            ("kinetic_temperature", "kinetic_temperature", "kinetic_temperature_ok"),
+            ("gradient_noise", "gradient_noise", "gradient_noise_ok"),
+            ("thermostat", "thermostat_drift", "thermostat_ok"),
+        ):
+            row[column], fails = checks.get(name, (np.nan, False))
+            row[ok] = not fails
         rows.append(row)
-    table = pd.DataFrame(rows).set_index("chain")
-    if stein:
-        table["stein"] = _stein_per_chain(idata, model, max_draws, scale)
-    checks = ["kinetic_temperature_ok", "gradient_noise_ok", "thermostat_ok"]
-    table["ok"] = table[checks].all(axis=1) & (table["divergences"] == 0)
-    if warn:
-        for chain, row in table.iterrows():
-            stats_of_chain = {
-                name: np.asarray(stats[name].isel(chain=chain).values, dtype=float).tolist()
-                for name in ("kinetic_temperature", "gradient_noise", "thermostat")
-                if name in stats
-            }
-            for message in chain_check_messages(f"chain {chain}", stats_of_chain):
+        if warn:
+            for message in chain_check_messages(f"chain {chain}", draw_stats, checks):
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
             if row["divergences"]:
                 warnings.warn(
@@ -260,6 +261,11 @@ def diagnostics(
                     RuntimeWarning,
                     stacklevel=2,
                 )
+    table = pd.DataFrame(rows).set_index("chain")
+    if stein:
+        table["stein"] = _stein_per_chain(idata, model, max_draws, scale)
+    checks = ["kinetic_temperature_ok", "gradient_noise_ok", "thermostat_ok"]
+    table["ok"] = table[checks].all(axis=1) & (table["divergences"] == 0)
     return table
 
 

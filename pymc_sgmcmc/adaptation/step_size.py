@@ -126,7 +126,7 @@ class AdaptiveStepSize(StepSizeAdapter):
     - with a Metropolis–Hastings test: dual averaging of the acceptance statistic to
       ``target_accept``, as PyMC's NUTS does (Hoffman and Gelman, "The No-U-Turn
       Sampler", Algorithm 5, with PyMC's
-      :class:`~pymc.step_methods.step_sizes.DualAverageAdaptation`); a divergence counts
+      ``pymc.step_methods.step_sizes.DualAverageAdaptation``); a divergence counts
       as acceptance 0;
     - without one (stochastic gradients): the kernel's default step in the metric's
       units, capped so that the measured gradient noise brings at most

@@ -344,13 +344,10 @@ class StochasticGradientStep(ArrayStepShared):
             self._initial_anchor = self._make_anchor(anchor)
         if precondition:
             self._precondition()
-            damping = (
-                float(self._fixed_params[kernel.noise_damping]) if kernel.noise_damping else 1.0
-            )
             self.step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
                 kernel.default_step_size,
                 metropolis=kernel.energy is not None,
-                damping=damping,
+                damping=self._noise_damping,
                 jitter=step_jitter,
                 estimates_noise=self._estimates_noise,
             )
@@ -875,9 +872,14 @@ class StochasticGradientStep(ArrayStepShared):
             return 0.0
         if not self.noise_probes:
             return np.nan
-        damping = self.kernel.noise_damping
-        damping = float(self._fixed_params[damping]) if damping else 1.0
-        return gradient_noise_ratio(step_size, self.noise_sum / self.noise_probes, damping)
+        variance = self.noise_sum / self.noise_probes
+        return gradient_noise_ratio(step_size, variance, self._noise_damping)
+
+    @property
+    def _noise_damping(self) -> float:
+        """``C`` of the gradient-noise ratio: the kernel's friction or diffusion, else 1."""
+        name = self.kernel.noise_damping
+        return float(self._fixed_params[name]) if name else 1.0
 
     def _record_draw(self, stats: dict[str, Any]) -> None:
         for name, values in self.draw_stats.items():
