@@ -19,13 +19,17 @@ from pymc_sgmcmc.adaptation.step_size import (
 from pymc_sgmcmc.adaptation.windowed_mass import (
     WindowedMass,
     adaptation_windows,
+    covariance_factor,
     rescaled_covariance,
+    whitened,
 )
 from pymc_sgmcmc.diagnostics import (
     kernel_stein_discrepancy,
     kinetic_temperature_departure,
     thermostat_drift,
 )
+from pymc_sgmcmc.metrics.euclidean import euclidean_metric
+from pymc_sgmcmc.pymc.step import runaway_trajectory
 
 ROWS, BATCH, DIM = 5_000, 50, 3
 
@@ -140,6 +144,28 @@ def test_tuning_survives_divergences_that_would_stop_a_fixed_step():
         sample(pmsg.SGLD(step_size=5.0, model=model), model, tune=0, draws=50)
 
 
+def test_a_finite_runaway_trajectory_is_a_divergence():
+    metric = euclidean_metric(np.array([1.0, 4.0, 100.0, 1.0]), 4)
+    start = np.zeros(4)
+    # 10 stable steps of 0.01 move about 10 · 0.1 · 2 = 2 units of the metric.
+    assert not runaway_trajectory(metric, start, np.full(4, 0.5), 0.01, 10)
+    # The bound (10x that) is in the metric's units: 3 units along the stiff coordinate
+    # are 30 of them.
+    assert runaway_trajectory(metric, start, np.array([0.0, 0.0, 3.0, 0.0]), 0.01, 10)
+    assert runaway_trajectory(metric, start, np.array([1e14, 0.0, 0.0, 0.0]), 0.01, 10)
+
+
+def test_an_unstable_langevin_chain_never_returns_a_runaway_state():
+    # SGLD at ε = 4.5 on N(0, I) multiplies the position by −1.25 per step: finite for
+    # hundreds of steps, but each state beyond the first few is meaningless. The chain
+    # stops with the divergence error instead of returning them.
+    model = standard_normal_model()
+    step = pmsg.SGLD(step_size=4.5, model=model)
+    with pytest.raises(SamplingError, match="times in a row"):
+        sample(step, model, tune=0, draws=200, chains=1)
+    assert np.abs(step.kernel_state.position).max() < 1e3
+
+
 # -- the mass ----------------------------------------------------------------------------
 
 
@@ -150,12 +176,40 @@ def test_adaptation_windows_follow_stans_schedule():
     assert windows[0][0] == 15 and windows[-1][1] == 90
 
 
-def test_rescaled_covariance_keeps_correlations_and_takes_new_variances():
+def test_rescaled_covariance_sets_the_whitened_variances():
     covariance = np.array([[4.0, 1.2], [1.2, 1.0]])
-    rescaled = rescaled_covariance(covariance, np.array([1.0, 9.0]))
-    assert np.diag(rescaled) == pytest.approx([1.0, 9.0])
-    correlation = covariance[0, 1] / 2.0
-    assert rescaled[0, 1] / np.sqrt(9.0) == pytest.approx(correlation)
+    factor = covariance_factor(covariance)
+    rescaled = rescaled_covariance(factor, np.array([1.0, 9.0]))
+    in_old_coordinates = whitened(whitened(rescaled, factor).T, factor)
+    assert in_old_coordinates == pytest.approx(np.diag([1.0, 9.0]))
+    assert rescaled_covariance(covariance_factor(np.array([4.0])), np.array([9.0])) == [36.0]
+
+
+def correlated_gaussian(dim: int, condition: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rotation, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
+    eigenvalues = np.geomspace(1.0, 1.0 / condition, dim)
+    return (rotation * eigenvalues) @ rotation.T
+
+
+def test_windowed_mass_keeps_an_exact_correlated_metric_conditioned():
+    # The Laplace fit is exact; the windows see 1,000 independent draws. The metric must
+    # stay near the posterior's: in the posterior's whitened coordinates its condition
+    # number stays near 1 (per-coordinate rescaling D Σ D reached 15 here).
+    covariance = correlated_gaussian(100, 1e4, seed=3)
+    rng = np.random.default_rng(4)
+    tune = 1000
+    adapter = WindowedMass(covariance)
+    chain = ChainContext(rng, 100, np.dtype("float64"), "SGLD", tune)
+    adapter.init_chain(chain)
+    draws = rng.multivariate_normal(np.zeros(100), covariance, size=tune)
+    for t, position in enumerate(draws):
+        adapter.update(IterationResult(t, True, position, None, None, 0.1, False, 1.0), chain)
+    factor = covariance_factor(covariance)
+    relative = whitened(whitened(adapter.inverse, factor).T, factor)
+    eigenvalues = np.linalg.eigvalsh(relative)
+    # 500 draws in the last window: whitened variances within 1 ± 4·sqrt(2/500).
+    assert eigenvalues.max() / eigenvalues.min() < (1.26 / 0.74)
 
 
 @pytest.mark.parametrize("dense", [False, True])
@@ -179,7 +233,10 @@ def test_windowed_mass_approaches_the_posterior_covariance(dense):
     # (sqrt(2/500) = 6 %), up to the shrinkage toward the previous window.
     assert learned / np.diag(covariance) == pytest.approx(np.ones(3), rel=0.3)
     if dense:
-        assert adapter.inverse[0, 1] / np.sqrt(learned[0] * learned[1]) == pytest.approx(0.5)
+        # The correlation is learned from the draws too: 500 draws, standard error
+        # (1 - 0.5²)/sqrt(500) = 0.034.
+        correlation = adapter.inverse[0, 1] / np.sqrt(learned[0] * learned[1])
+        assert correlation == pytest.approx(0.5, abs=0.1)
 
 
 # -- diagnostics -------------------------------------------------------------------------
@@ -250,11 +307,12 @@ def test_friction_below_the_gradient_noise_triggers_its_warning(regression):
         warnings.simplefilter("error")
         idata = sample(good, model, tune=300, draws=300, chains=1)
     ratio = stat(idata, "gradient_noise")[0, -1]
-    # The same sampler and metric with a step 20x larger: B̂ = εV/2 exceeds C/2.
+    # The same sampler and metric with a step 5x larger: B̂ = εV/2 exceeds C/2. (At 20x
+    # the chain heats to kinetic temperatures of thousands and stops as divergent.)
     with model:
         hot = pmsg.SGHMC(
             gradient="minibatch",
-            step_size=20 * float(stat(idata, "step_size")[0, -1]),
+            step_size=5 * float(stat(idata, "step_size")[0, -1]),
             mass=np.linalg.inv(covariance),
             noise_estimate=0.0,
         )

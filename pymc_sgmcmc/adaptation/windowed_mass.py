@@ -4,10 +4,16 @@ Stan's and PyMC's samplers estimate the posterior variances from the warm-up dra
 windows that double in length, and set the inverse mass to them (Stan Reference Manual,
 "HMC algorithm parameters", windowed adaptation). Our samplers start from the Laplace
 covariance at the mode (:func:`pymc_sgmcmc.find_mode`), which already holds the
-correlations; a window replaces only the scale of each coordinate, ``Σ ← D Σ D`` with
-``D = diag(s / √diag Σ)`` and ``s²`` the window's variances. Where the mode is not in the
+correlations; a window rescales it along its own whitened coordinates: with ``Σ = L Lᵀ``
+(Cholesky) and ``s²`` the window's variances of ``L⁻¹θ``, ``Σ ← L diag(s²) Lᵀ``. For a
+diagonal ``Σ`` that is Stan's update, the window's variances. Where the mode is not in the
 bulk of the posterior (hierarchical models, skewed marginals) the scales then follow the
 draws, and a Gaussian posterior keeps its Laplace metric up to Monte Carlo noise.
+
+Rescaling in whitened coordinates rather than per coordinate (``Σ ← D Σ D``) is what
+keeps a strongly correlated Laplace fit well conditioned: on a 100-dimensional Gaussian of
+condition number 1e4 noisy per-coordinate factors shrank the smallest eigenvalue by orders
+of magnitude and SGLD diverged, while whitened factors near 1 leave it where it was.
 
 A stochastic-gradient chain with a small step can be strongly autocorrelated within a
 window, so each window's variance is shrunk toward the current one with its effective
@@ -19,6 +25,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.linalg
 from arviz_stats.base import array_stats
 from pymc.step_methods.state import DataClassState, dataclass_state
 
@@ -68,12 +75,26 @@ def shrunk_variance(
     return weight * window_variance + (1.0 - weight) * current_variance
 
 
-def rescaled_covariance(covariance: np.ndarray, variance: np.ndarray) -> np.ndarray:
-    """``D Σ D`` with ``D = diag(√variance / √diag Σ)``: new scales, the same correlations."""
+def covariance_factor(covariance: np.ndarray) -> np.ndarray:
+    """``L`` with ``Σ = L Lᵀ``: the square root (1-D ``Σ``) or the lower Cholesky factor."""
     if covariance.ndim == 1:
-        return np.asarray(variance, dtype=float)
-    scale = np.sqrt(variance / np.diag(covariance))
-    return scale[:, None] * covariance * scale[None, :]
+        return np.sqrt(covariance)
+    return np.linalg.cholesky(covariance)
+
+
+def whitened(draws: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """The draws (one per row) in the coordinates ``L⁻¹θ`` of a covariance factor."""
+    if factor.ndim == 1:
+        return draws / factor
+    return scipy.linalg.solve_triangular(factor, draws.T, lower=True).T
+
+
+def rescaled_covariance(factor: np.ndarray, whitened_variance: np.ndarray) -> np.ndarray:
+    """``L diag(s²) Lᵀ``: the covariance whose whitened coordinates have variances ``s²``."""
+    if factor.ndim == 1:
+        return factor**2 * whitened_variance
+    scaled = factor * whitened_variance[None, :]
+    return scaled @ factor.T
 
 
 @dataclass_state
@@ -133,12 +154,14 @@ class WindowedMass(Adapter):
         self.mass_updates += 1
         if len(draws) < 10:
             return frozenset()
-        current = self.inverse if self.inverse.ndim == 1 else np.diag(self.inverse)
+        factor = covariance_factor(self.inverse)
+        draws = whitened(draws, factor)
         effective = array_stats.ess(draws[None], chain_axis=0, draw_axis=1, method="bulk")
         effective = np.clip(np.nan_to_num(effective, nan=1.0), 1.0, len(draws))
-        variance = shrunk_variance(draws.var(axis=0, ddof=1), effective, current)
+        # Shrunk toward 1: the current metric, in its own whitened coordinates.
+        variance = shrunk_variance(draws.var(axis=0, ddof=1), effective, 1.0)
         if not np.all(np.isfinite(variance) & (variance > 0)):
             return frozenset()
-        self.inverse = rescaled_covariance(self.inverse, variance)
+        self.inverse = rescaled_covariance(factor, variance)
         self.metric = metric_from_inverse(self.inverse, chain.dtype)
         return frozenset({"metric"})

@@ -54,6 +54,12 @@ class EuclideanMetric(NamedTuple):
         """``pᵀ M⁻¹ p / D``, which averages 1 when ``p ~ N(0, M)``."""
         return kinetic_temperature(self.inverse, momentum)
 
+    def whitened_length(self, displacement: np.ndarray) -> float:
+        """``|Lᵀ δ|``: the length of a move ``δ`` in the units where ``M`` is the identity."""
+        if self.is_dense:
+            return float(np.linalg.norm(self.factor.T @ displacement))
+        return float(np.linalg.norm(self.factor * displacement))
+
     def draw_momentum(self, rng: np.random.Generator) -> np.ndarray:
         """Draw ``p ~ N(0, M)`` with NumPy."""
         return self.momentum(None, rng.standard_normal(self.inverse.shape[0]))

@@ -43,7 +43,11 @@ from pymc_sgmcmc.diagnostics import chain_check_messages
 from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
-from pymc_sgmcmc.metrics.euclidean import euclidean_metric, metric_from_inverse
+from pymc_sgmcmc.metrics.euclidean import (
+    EuclideanMetric,
+    euclidean_metric,
+    metric_from_inverse,
+)
 from pymc_sgmcmc.pymc.data_checks import check_minibatched_data, data_value
 from pymc_sgmcmc.pymc.mode import ModeFinder, ModeResult, search_mode
 from pymc_sgmcmc.pymc.model_graph import FlatLogp, flat_logp, full_data_logp, is_sphere_valued
@@ -62,6 +66,28 @@ MINIBATCH_MODES = tuple(ROWS)
 
 MAX_ENERGY_ERROR = 1000.0
 """An energy error above this flags the trajectory as divergent (PyMC's ``Emax``)."""
+
+RUNAWAY_FACTOR = 10.0
+"""A trajectory of a kernel without an energy that moves this many times farther than a
+stable one can is a divergence (:func:`runaway_trajectory`)."""
+
+
+def runaway_trajectory(
+    metric: Any, start: np.ndarray, end: np.ndarray, step_size: float, n_steps: int
+) -> bool:
+    """Whether a finite trajectory blew up: it moved too far for its step size.
+
+    In the metric's units a stable step moves about ``ε|p| ≈ ε√D`` (a kinetic step) or
+    ``√(εD)`` (a Langevin step), so ``n`` steps move at most ``n max(ε, √ε) √D`` up to
+    fluctuations. A trajectory that went :data:`RUNAWAY_FACTOR` times farther left the
+    region where the step is stable: its end is finite but meaningless (1e14 was seen on a
+    hierarchical model, after which every trajectory overflowed). Checking finiteness
+    alone keeps such a state; this rejects it as PyMC's ``Emax`` rejects a leapfrog
+    trajectory whose energy error exceeds 1000.
+    """
+    scale = n_steps * max(step_size, math.sqrt(step_size)) * math.sqrt(start.size)
+    return metric.whitened_length(end - start) > RUNAWAY_FACTOR * scale
+
 
 GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "step_size": (np.float64, []),
@@ -497,10 +523,7 @@ class StochasticGradientStep(ArrayStepShared):
                 )
             return
         if "metric" in self.kernel.params_type._fields and not self._mass_given:
-            if self.adapt_mass and covariance.ndim == 1:
-                # Dense Laplace metrics are kept: rescaling a strongly correlated one by
-                # noisy per-coordinate factors made SGLD diverge on a 100-dimensional
-                # Gaussian of condition number 1e4 (benchmarks/defaults.py).
+            if self.adapt_mass:
                 self.mass_adapter = WindowedMass(covariance)
             else:
                 self._fixed_params["metric"] = metric_from_inverse(covariance, self._dtype)
@@ -782,8 +805,12 @@ class StochasticGradientStep(ArrayStepShared):
             total = float(logp)
             for field in end_fields:
                 total += field.sum()
-            diverging = not math.isfinite(total)
-            finite = not diverging
+            finite = math.isfinite(total)
+            metric = getattr(self.params, "metric", None)
+            diverging = not finite or (
+                isinstance(metric, EuclideanMetric)
+                and runaway_trajectory(metric, q0.data, end.position, step_size, self.n_steps)
+            )
             accept = 1.0
             if diverging:
                 end = kernel.init(q0.data, self._normal(self.dim), self.params)
@@ -799,7 +826,7 @@ class StochasticGradientStep(ArrayStepShared):
             self.consecutive_divergences = 0
         self.kernel_state = end
         self.position_gradient = gradient
-        stats["minibatch_logp"] = float(logp) if finite else np.nan
+        stats["minibatch_logp"] = float(logp) if finite and not diverging else np.nan
         stats["diverging"] = diverging
         stats["divergences"] = self.divergences
         if kernel.stats_dtypes:
