@@ -20,6 +20,8 @@ from pymc_sgmcmc.pymc.samplers import (
     SGLD,
     SGNHT,
     SGNHTEM,
+    SGNPHMC,
+    SGNPHMCEM,
 )
 
 __version__ = "0.1.0"
@@ -35,6 +37,8 @@ __all__ = [
     "SampleSizeRule",
     "SGLD",
     "SGNHT",
+    "SGNPHMC",
+    "SGNPHMCEM",
     "SphereUniform",
     "VonMisesFisher",
     "ConstantStepSize",

@@ -27,6 +27,8 @@ SETTINGS = {
     pmsg.HMCEM: {"step_size": 0.05, "sample_size": 10},
     pmsg.SGHMCEM: {"step_size": 0.05, "sample_size": 10},
     pmsg.SGNHTEM: {"step_size": 0.05, "sample_size": 10},
+    pmsg.SGNPHMC: {"step_size": 0.05},
+    pmsg.SGNPHMCEM: {"step_size": 0.05, "sample_size": 10},
     pmsg.SGGMC: {"step_size": 0.05},
     pmsg.GSGNHT: {"step_size": 0.05},
 }

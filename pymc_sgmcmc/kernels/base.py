@@ -89,6 +89,9 @@ class Kernel:
         ``name -> (dtype, shape)`` of those statistics.
     step_noise : bool
         Whether :attr:`step` takes a standard normal draw per step.
+    step_noise_extra : int
+        Standard normal numbers a step needs beyond one per coordinate (the draw is then
+        a vector of ``D + step_noise_extra``), e.g. for a thermostat's own noise.
     gradient_at_end : bool
         Whether the last gradient :attr:`step` evaluates is at the position it returns
         (then the glue hands it to adapters for free).
@@ -120,6 +123,7 @@ class Kernel:
     stats: Callable[..., dict[str, Any]] = lambda state, params: {}
     stats_dtypes: dict[str, tuple[Any, list]] = field(default_factory=dict)
     step_noise: bool = True
+    step_noise_extra: int = 0
     gradient_at_end: bool = False
     supports_spheres: bool = False
     default_step_size: float | None = None

@@ -11,6 +11,8 @@ from pymc_sgmcmc.pymc.samplers import (
     SGLD,
     SGNHT,
     SGNHTEM,
+    SGNPHMC,
+    SGNPHMCEM,
 )
 from pymc_sgmcmc.pymc.step import StochasticGradientStep
 
@@ -25,5 +27,7 @@ __all__ = [
     "SGLD",
     "SGNHT",
     "SGNHTEM",
+    "SGNPHMC",
+    "SGNPHMCEM",
     "StochasticGradientStep",
 ]

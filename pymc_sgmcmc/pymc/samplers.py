@@ -14,7 +14,7 @@ from typing import Any
 from pymc_sgmcmc.adaptation.em import MassEM
 from pymc_sgmcmc.adaptation.mass_em import MASS_STRUCTURES
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.kernels import geodesic, hmc, sghmc, sgld, sgnht
+from pymc_sgmcmc.kernels import geodesic, hmc, sghmc, sgld, sgnht, sgnphmc
 from pymc_sgmcmc.pymc.step import StochasticGradientStep
 from pymc_sgmcmc.validation import check_choice
 
@@ -264,6 +264,80 @@ class SGNHT(StochasticGradientStep):
         )
 
 
+class SGNPHMC(StochasticGradientStep):
+    """Stochastic gradient Nosé–Poincaré HMC (SG-NPHMC).
+
+    Roychowdhury and Parthasarathy, "Adaptive Bayesian Sampling with Monte Carlo EM",
+    §3.4. The Nosé–Poincaré Hamiltonian (eq. 6)::
+
+        H = s [−L(θ) + ½ (p/s)ᵀ M⁻¹ (p/s) + q²/(2Q) + g kT log s − H₀]
+
+    adds a thermostat control ``s`` and its momentum ``q`` to ``(θ, p)``; its flow on
+    ``H = 0`` keeps the canonical law of ``(θ, p/s)``. Each step is eq. 7's generalized
+    leapfrog (closed form but for a quadratic in ``q``), preceded by the noise terms as an
+    exact Ornstein–Uhlenbeck step of the real momenta: ``p/s`` with friction ``B`` and
+    ``q`` with friction ``A`` (why not inside the half steps, as eq. 7 writes them: see
+    :mod:`pymc_sgmcmc.dynamics.nose_poincare`). ``H₀`` puts the state on ``H = 0`` and
+    every trajectory starts at ``s = 1``; momenta carry over from draw to draw.
+
+    Parameters
+    ----------
+    friction : float, default 1.0
+        ``B > 0``, the friction (and noise) on the momentum. The gradient noise must stay
+        below it, as SGHMC's below its friction (the ``gradient_noise`` check).
+    diffusion : float, default 1.0
+        ``A > 0``, the friction (and noise) on the thermostat momentum ``q``.
+    thermostat_mass : float, optional
+        ``Q > 0``; the number of sampled scalars ``D`` by default, which gives the
+        thermostat a time scale of order 1 whatever the dimension.
+    temperature : float, default 1.0
+        ``kT``; 1 samples the posterior.
+    degrees_of_freedom : float, optional
+        ``g``; ``D`` by default, the value for which the flow is canonical.
+    mass : float, array, optional
+        ``M``, as for :class:`SGHMC`.
+
+    Statistics
+    ----------
+    SGLD's, ``kinetic_temperature`` (``p̃ᵀM⁻¹p̃ / D`` of the real momentum), ``control``
+    (``s``), ``control_momentum`` (``q``) and ``energy_drift`` (the change of eq. 6's ``H``
+    summed over the trajectory's steps; 0 for the exact flow, ``O(ε²)`` per step).
+    """
+
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
+    name = "sgnphmc"
+    kernel = sgnphmc.KERNEL
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule | str = "auto",
+        n_steps: int = 10,
+        friction: float = 1.0,
+        diffusion: float = 1.0,
+        thermostat_mass: float | None = None,
+        temperature: float = 1.0,
+        degrees_of_freedom: float | None = None,
+        mass=None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=sgnphmc.parameters(
+                friction=friction,
+                diffusion=diffusion,
+                thermostat_mass=thermostat_mass,
+                temperature=temperature,
+                degrees_of_freedom=degrees_of_freedom,
+            ),
+            mass=mass,
+            **kwargs,
+        )
+
+
 class HMC(StochasticGradientStep):
     """Hamiltonian Monte Carlo with a fixed mass.
 
@@ -409,6 +483,30 @@ class SGNHTEM(SGNHT):
         super().__init__(vars, mass_adapter=adapter, **kwargs)
 
 
+class SGNPHMCEM(SGNPHMC):
+    """SG-NPHMC-EM: SG-NPHMC whose mass is learned by Monte Carlo EM.
+
+    Roychowdhury and Parthasarathy, "Adaptive Bayesian Sampling with Monte Carlo EM",
+    §3.4 (their Alg. 5): :class:`SGNPHMC`'s dynamics in the E step with the mass held
+    fixed, the M step of eq. 5 every ``S`` iterations, the E-step size rule of §3.2 with
+    the test function ``[M⁻¹p̃, ∇L(θ)]``. The stored momentum is the real one, ``p̃ = p/s``,
+    whose law is ``N(0, M)``.
+
+    The paper's Alg. 5 also learns ``Q``. We do not: ``q``'s stationary law is
+    ``N(0, kT Q)`` whatever ``Q`` is, so the maximum-likelihood ``Q`` from the stored
+    ``q`` returns the current ``Q`` up to Monte Carlo noise, an update with no signal.
+    See :class:`SGNPHMC` for the sampler's parameters.
+    """
+
+    __doc__ = _with_sections(__doc__, EM_PARAMETERS_DOC)
+    name = "sgnphmc_em"
+    mass_adapter_class = MassEM
+
+    def __init__(self, vars=None, **kwargs: Any) -> None:
+        adapter, kwargs = mass_em_from_kwargs(kwargs, type(self).__name__)
+        super().__init__(vars, mass_adapter=adapter, **kwargs)
+
+
 class SGGMC(StochasticGradientStep):
     """Stochastic gradient geodesic Monte Carlo.
 
@@ -508,6 +606,8 @@ SAMPLERS: tuple[type[StochasticGradientStep], ...] = (
     HMCEM,
     SGHMCEM,
     SGNHTEM,
+    SGNPHMC,
+    SGNPHMCEM,
     SGGMC,
     GSGNHT,
 )

@@ -765,14 +765,12 @@ class StochasticGradientStep(ArrayStepShared):
         refresh = kernel.refresh is not None and (
             self.refresh_every_trajectory or self.refresh_pending
         )
-        n_normal = refresh + (self.n_steps if kernel.step_noise else 0)
-        normal = self._normal(n_normal, self.dim) if n_normal else None
         if kernel.refresh is not None:
             # Without a refresh its noise is not used: no draw for it.
-            noise = normal[0] if refresh else self._unused_noise
+            noise = self._normal(self.dim) if refresh else self._unused_noise
             inputs += [np.asarray(refresh), noise]
         if kernel.step_noise:
-            inputs.append(normal[-self.n_steps :])
+            inputs.append(self._normal(self.n_steps, self.dim + kernel.step_noise_extra))
         return inputs + self.draw_rows()
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
