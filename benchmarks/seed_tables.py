@@ -11,6 +11,12 @@ M step (``mass_estimator="position"`` and ``"momentum"``) and the two structures
 (``mass_structure="diag"`` and ``"dense"``) on an ill-conditioned Gaussian posterior by the
 effective sample size per gradient relative to the fixed-mass twin.
 
+Table 5 gives the Nosé–Poincaré and Riemannian rows of Tables 1–3 (SG-NPHMC,
+SG-NPHMC-EM, SGR-NPHMC, RHMC, with SGNHT-EM and HMC-EM beside them), every sampler with
+its default arguments (``step_size="auto"``, ``n_steps=10``), and tests the paper's claim
+that its EM variants reach similar accuracy about an order of magnitude faster than the
+Riemannian samplers.
+
 Problems (fixed seeds)
 ----------------------
 Table 1. 5,000 points from N(0, 1); ``τ ~ Gamma(shape 1/2, rate 1/2)``, which is the
@@ -66,6 +72,7 @@ iterations of a new chain, as a share of the twin's time per iteration.
     python benchmarks/seed_tables.py              # everything (see docs/em.md for time)
     python benchmarks/seed_tables.py --quick      # shorter chains, fewer timing rounds
     python benchmarks/seed_tables.py --tables 1 3 # a subset
+    python benchmarks/seed_tables.py --quick --tables 5  # the NP and Riemannian rows
 """
 
 from __future__ import annotations
@@ -120,6 +127,27 @@ PAPER_TABLE3 = {
     "SGHMC-EM": (0.203, 0.141, 0.131),
     "SGNHT": (0.302, 0.270, 0.166),
     "SGNHT-EM": (0.306, 0.251, 0.175),
+}
+
+# The Nosé–Poincaré and Riemannian rows of the same tables (Table 3: synthetic,
+# Australian, Heart).
+PAPER_NP_TABLE1 = {
+    "SG-NPHMC": (0.0326, 0.0433, 0.514),
+    "SG-NPHMC-EM": (0.0274, 0.0354, 0.498),
+    "SGR-NPHMC": (0.0240, 0.0308, 3.145),
+    "RHMC": (0.0111, 0.0089, 5.748),
+}
+PAPER_NP_TABLE2 = {
+    "SG-NPHMC": (0.4945, 0.4263),
+    "SG-NPHMC-EM": (0.0990, 0.4229),
+    "SGR-NPHMC": (0.1901, 0.1925),
+    "RHMC": (0.0091, 0.0574),
+}
+PAPER_NP_TABLE3 = {
+    "SG-NPHMC": (0.731, 0.512, 0.403),
+    "SG-NPHMC-EM": (0.803, 0.525, 0.426),
+    "SGR-NPHMC": (6.720, 4.568, 3.676),
+    "RHMC": (1550.0, 367.0, 209.0),
 }
 
 TWINS = {pmsg.HMCEM: pmsg.HMC, pmsg.SGHMCEM: pmsg.SGHMC, pmsg.SGNHTEM: pmsg.SGNHT}
@@ -1040,10 +1068,187 @@ def table4(sizes: Sizes) -> None:
 # -- main ---------------------------------------------------------------------------------
 
 
+# -- Table 5: the Nosé–Poincaré and Riemannian rows of Tables 1–3 --------------------------
+
+NP_SPECS = (
+    # (label, class, minibatch); every sampler with its default arguments
+    ("SG-NPHMC", pmsg.SGNPHMC, True),
+    ("SG-NPHMC-EM", pmsg.SGNPHMCEM, True),
+    ("SGR-NPHMC", pmsg.SGRNPHMC, True),
+    ("RHMC", pmsg.RHMC, False),
+    ("SGNHT-EM", pmsg.SGNHTEM, True),
+    ("HMC-EM", pmsg.HMCEM, False),
+)
+"""Rows of Table 5: the paper's four, and two EM samplers of Tables 1–3 with the same
+(default) arguments for comparison."""
+
+QUIET = {"mode_kwargs": {"progressbar": False}}
+
+
+def np_accuracy(sizes: Sizes) -> tuple[list[list[str]], list[list[str]]]:
+    """Tables 1 and 2's scores for :data:`NP_SPECS`."""
+    x = normal_data(SEED)
+    exact = normal_gamma_posterior(x)
+    normal_models = {mb: normal_gamma_model(x, mb) for mb in (False, True)}
+    X, y = mixture_logistic_data(SEED)
+    mean, sd = quadrature_posterior(X, y)
+    logistic_models = {mb: logistic_model(X, y, mb) for mb in (False, True)}
+    rows1, rows2 = [], []
+    for k, (label, cls, minibatch) in enumerate(NP_SPECS):
+        spec = Spec(label, cls, dict(QUIET), minibatch)
+        paper1 = PAPER_NP_TABLE1.get(label, PAPER_TABLE1.get(label))
+        paper2 = PAPER_NP_TABLE2.get(label, PAPER_TABLE2.get(label))
+        run = run_chains(
+            normal_models[minibatch], spec, sizes.tune1, sizes.draws1, sizes.chains, SEED + k
+        )
+        head = [label, fmt(paper1[0]), fmt(paper1[1])]
+        if run.failed:
+            rows1.append(head + [run.failed] + [""] * 6)
+        else:
+            mu = scores(run.draws["mu"], 0.0, *exact["mu"])
+            tau = scores(run.draws["tau"], 1.0, *exact["tau"])
+            rows1.append(
+                head
+                + [fmt(mu[0]), fmt(tau[0]), f"{mu[1]:+.2f}", f"{tau[1]:+.2f}"]
+                + [f"{mu[2]:.2f}", f"{tau[2]:.2f}", f"{min_ess(run):.0f}"]
+            )
+        progress(f"Table 5 (Table 1 problem): {label} done in {run.seconds:.0f} s")
+        run = run_chains(
+            logistic_models[minibatch],
+            spec,
+            sizes.tune2,
+            sizes.draws2,
+            sizes.chains,
+            SEED + 100 + k,
+        )
+        head = [label, fmt(paper2[0]), fmt(paper2[1])]
+        if run.failed:
+            rows2.append(head + [run.failed] + [""] * 7)
+        else:
+            w = columns(run.draws["w"])
+            s0 = scores(w[:, :, 0], TRUE_W[0], mean[0], sd[0])
+            s1 = scores(w[:, :, 1], TRUE_W[1], mean[1], sd[1])
+            rows2.append(
+                head
+                + [fmt(s0[0]), fmt(s1[0]), f"{s0[1]:+.2f}", f"{s1[1]:+.2f}"]
+                + [f"{s0[2]:.2f}", f"{s1[2]:.2f}", f"{min_ess(run):.0f}", str(divergences(run))]
+            )
+        progress(f"Table 5 (Table 2 problem): {label} done in {run.seconds:.0f} s")
+    return rows1, rows2
+
+
+def np_timings(sizes: Sizes) -> dict:
+    """ms per iteration of :data:`NP_SPECS` on the four data sets (interleaved blocks)."""
+    results = {}
+    for k, name in enumerate(("normal", "synthetic", "australian", "heart")):
+        progress(f"Table 5 timing: {TIMING_SETS[name][0]} (compiling)")
+        models, _ = timing_models(name)
+        cases = []
+        for label, cls, minibatch in NP_SPECS:
+            model = models[minibatch]
+            step = timed_step(model, cls, dict(QUIET), SEED + k, learning=True)
+            cases.append(TimedCase(label, step, model.initial_point()))
+        # RHMC's iterations are ~100x longer than the others': blocks of equal length in
+        # iterations would make its rounds dominate the run, so its blocks are shorter.
+        block = max(sizes.block // 10, 10)
+        measure(cases, sizes.rounds, block)
+        for case in cases:
+            results[name, case.label] = (case.median, min(case.samples), max(case.samples))
+    return results
+
+
+def table5(sizes: Sizes) -> None:
+    rows1, rows2 = np_accuracy(sizes)
+    x = normal_data(SEED)
+    exact = normal_gamma_posterior(x)
+    print_table(
+        f"Table 5a — Table 1's problem (N = {T1_N:,}), every sampler with its defaults "
+        f"({sizes.chains} chain(s) × {sizes.draws1:,} draws after {sizes.tune1:,} tuning)",
+        [
+            "method",
+            "paper RMSE μ",
+            "paper RMSE τ",
+            "RMSE μ",
+            "RMSE τ",
+            "mean err μ",
+            "mean err τ",
+            "sd ratio μ",
+            "sd ratio τ",
+            "min ESS",
+        ],
+        rows1,
+        [
+            f"Exact posterior: μ = {exact['mu'][0]:.4f} ± {exact['mu'][1]:.4f}, "
+            f"τ = {exact['tau'][0]:.4f} ± {exact['tau'][1]:.4f}; a perfect sampler scores "
+            f"RMSE μ = {np.hypot(*exact['mu']):.4f}, RMSE τ = "
+            f"{np.hypot(exact['tau'][0] - 1, exact['tau'][1]):.4f}. step_size='auto', "
+            "n_steps=10; minibatches of 100 for the stochastic-gradient samplers, all rows "
+            "for RHMC and HMC-EM.",
+        ],
+    )
+    X, y = mixture_logistic_data(SEED)
+    mean, sd = quadrature_posterior(X, y)
+    print_table(
+        f"Table 5b — Table 2's problem (N = {T2_N:,}), defaults "
+        f"({sizes.chains} chain(s) × {sizes.draws2:,} draws after {sizes.tune2:,} tuning)",
+        [
+            "method",
+            "paper RMSE W₀",
+            "paper RMSE W₁",
+            "RMSE W₀",
+            "RMSE W₁",
+            "mean err W₀",
+            "mean err W₁",
+            "sd ratio W₀",
+            "sd ratio W₁",
+            "min ESS",
+            "div.",
+        ],
+        rows2,
+        [
+            f"Exact posterior (quadrature): W₀ = {mean[0]:.4f} ± {sd[0]:.4f}, W₁ = "
+            f"{mean[1]:.4f} ± {sd[1]:.4f}.",
+        ],
+    )
+    progress("Table 5: timing")
+    times = np_timings(sizes)
+    names = ("normal", "synthetic", "australian", "heart")
+    paper_index = {"synthetic": 0, "australian": 1, "heart": 2}
+    rows = []
+    for label, *_ in NP_SPECS:
+        row = [label]
+        for name in names:
+            median, low, high = times[name, label]
+            cell = f"{median:.3f} ({low:.3f}–{high:.3f})"
+            paper = PAPER_NP_TABLE3.get(label, PAPER_TABLE3.get(label))
+            if name in paper_index and paper:
+                cell += f" [paper {paper[paper_index[name]]:.3f}]"
+            row.append(cell)
+        rows.append(row)
+    ratio = [times[n, "SGR-NPHMC"][0] / times[n, "SG-NPHMC-EM"][0] for n in names]
+    ratio_rhmc = [times[n, "RHMC"][0] / times[n, "HMC-EM"][0] for n in names]
+    print_table(
+        f"Table 5c — ms per iteration (10 steps), median (min–max) of {sizes.rounds} "
+        "interleaved blocks, EM samplers learning their mass",
+        [
+            "method",
+            *[f"{TIMING_SETS[n][0]} ({TIMING_SETS[n][1]}×{TIMING_SETS[n][2]})" for n in names],
+        ],
+        rows,
+        [
+            "SGR-NPHMC / SG-NPHMC-EM: " + ", ".join(f"{r:.1f}x" for r in ratio) + "; "
+            "RHMC / HMC-EM: " + ", ".join(f"{r:.1f}x" for r in ratio_rhmc) + " (same order "
+            "of data sets).",
+        ],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter chains, fewer rounds")
-    parser.add_argument("--tables", nargs="+", type=int, default=[1, 2, 3, 4], choices=[1, 2, 3, 4])
+    parser.add_argument(
+        "--tables", nargs="+", type=int, default=[1, 2, 3, 4, 5], choices=[1, 2, 3, 4, 5]
+    )
     args = parser.parse_args()
     sizes = Sizes.from_args(args.quick)
     start = time.perf_counter()
@@ -1063,6 +1268,8 @@ def main() -> None:
         table3(sizes, times, timing_names)
     if 4 in args.tables:
         table4(sizes)
+    if 5 in args.tables:
+        table5(sizes)
     print(f"Load average (1 min) at end: {os.getloadavg()[0]:.2f}")
     print(f"Total time: {(time.perf_counter() - start) / 60:.1f} min")
 

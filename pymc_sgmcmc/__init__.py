@@ -14,6 +14,7 @@ from pymc_sgmcmc.pymc.samplers import (
     GSGNHT,
     HMC,
     HMCEM,
+    RHMC,
     SGGMC,
     SGHMC,
     SGHMCEM,
@@ -22,6 +23,7 @@ from pymc_sgmcmc.pymc.samplers import (
     SGNHTEM,
     SGNPHMC,
     SGNPHMCEM,
+    SGRNPHMC,
 )
 
 __version__ = "0.1.0"
@@ -31,6 +33,7 @@ __all__ = [
     "SGGMC",
     "HMC",
     "HMCEM",
+    "RHMC",
     "SGHMC",
     "SGHMCEM",
     "SGNHTEM",
@@ -39,6 +42,7 @@ __all__ = [
     "SGNHT",
     "SGNPHMC",
     "SGNPHMCEM",
+    "SGRNPHMC",
     "SphereUniform",
     "VonMisesFisher",
     "ConstantStepSize",

@@ -31,6 +31,8 @@ SETTINGS = {
     pmsg.SGNPHMCEM: {"step_size": 0.05, "sample_size": 10},
     pmsg.SGGMC: {"step_size": 0.05},
     pmsg.GSGNHT: {"step_size": 0.05},
+    pmsg.RHMC: {"step_size": 0.05},
+    pmsg.SGRNPHMC: {"step_size": 0.05},
 }
 """Each sampler's settings on the conformance model (5 steps per draw)."""
 

@@ -4,7 +4,7 @@ See :mod:`pymc_sgmcmc.kernels.base` for what a kernel provides and
 ``docs/architecture.md`` for how to add one.
 """
 
-from pymc_sgmcmc.kernels import geodesic, hmc, sghmc, sgld, sgnht
+from pymc_sgmcmc.kernels import geodesic, hmc, riemannian, sghmc, sgld, sgnht, sgnphmc
 from pymc_sgmcmc.kernels.base import Kernel, Target
 
 KERNELS: dict[str, Kernel] = {
@@ -13,7 +13,10 @@ KERNELS: dict[str, Kernel] = {
         sgld.KERNEL,
         sghmc.KERNEL,
         sgnht.KERNEL,
+        sgnphmc.KERNEL,
         hmc.KERNEL,
+        riemannian.RHMC,
+        riemannian.SGRNPHMC,
         geodesic.SGGMC,
         geodesic.GSGNHT,
     )

@@ -54,36 +54,95 @@ class PositionDependentMetric:
 
     def momentum(self, position: Array, normal: Array, target: Any = None) -> Array:
         """Map a standard normal draw ``z`` to ``p ~ N(0, G(θ))``."""
-        g = self.matrix(position, target)
-        xp = namespace(g, normal)
-        if g.ndim == 1:
-            return xp.sqrt(g) * normal
-        return xp.linalg.cholesky(g) @ normal
+        return metric_sqrt_times(self.matrix(position, target), normal)
 
     def velocity(self, position: Array, momentum: Array, target: Any = None) -> Array:
         """``G(θ)⁻¹ p``."""
-        g = self.matrix(position, target)
-        if g.ndim == 1:
-            return momentum / g
-        return namespace(g, momentum).linalg.solve(g, momentum)
+        return metric_solve(self.matrix(position, target), momentum)
 
     def log_det(self, position: Array, target: Any = None) -> Array:
         """``log det G(θ)``."""
-        g = self.matrix(position, target)
-        xp = namespace(g)
-        if g.ndim == 1:
-            return xp.log(g).sum()
-        return xp.linalg.slogdet(g)[1]
+        return metric_log_det(self.matrix(position, target))
 
     def kinetic_energy(self, position: Array, momentum: Array, target: Any = None) -> Array:
         """``½ pᵀ G(θ)⁻¹ p + ½ log det G(θ)``: every term of ``H`` that involves ``p`` or ``G``."""
-        quadratic = (momentum * self.velocity(position, momentum, target)).sum()
-        return 0.5 * quadratic + 0.5 * self.log_det(position, target)
+        g = self.matrix(position, target)
+        quadratic = (momentum * metric_solve(g, momentum)).sum()
+        return 0.5 * quadratic + 0.5 * metric_log_det(g)
 
     def kinetic_temperature(self, position: Array, momentum: Array, target: Any = None) -> Array:
         """``pᵀ G(θ)⁻¹ p / D``, which averages 1 when ``p ~ N(0, G(θ))``."""
         quadratic = (momentum * self.velocity(position, momentum, target)).sum()
         return quadratic / momentum.shape[0]
+
+
+# -- the same terms from a value of G, so that a kernel builds G once per point ----------
+
+
+def metric_sqrt_times(g: Array, normal: Array) -> Array:
+    """``G^½ z`` (Cholesky factor for a dense ``G``): a draw of ``N(0, G)`` from ``z``."""
+    xp = namespace(g, normal)
+    if g.ndim == 1:
+        return xp.sqrt(g) * normal
+    return xp.linalg.cholesky(g) @ normal
+
+
+def metric_solve(g: Array, momentum: Array) -> Array:
+    """``G⁻¹ p``."""
+    if g.ndim == 1:
+        return momentum / g
+    return namespace(g, momentum).linalg.solve(g, momentum)
+
+
+def metric_log_det(g: Array) -> Array:
+    """``log det G``."""
+    xp = namespace(g)
+    if g.ndim == 1:
+        return xp.log(g).sum()
+    return xp.linalg.slogdet(g)[1]
+
+
+def metric_force(
+    position: Array,
+    g: Array,
+    velocity: Array,
+    quadratic_weight: Array,
+    log_det_weight: Array,
+) -> Array:
+    """``∂θ [a pᵀG(θ)⁻¹p + b log det G(θ)]`` with ``p``, ``a`` and ``b`` held fixed.
+
+    Every position-dependent term of the Riemannian Hamiltonians is of this form (a
+    ``|G|⁻¹`` factor contributes ``−|G|⁻¹`` times its weight to ``b``). With ``v = G⁻¹p``,
+    ``∂/∂G`` of the bracket is ``C = −a vvᵀ + b G⁻¹`` (``−a v² + b/g`` for a diagonal), so
+    the derivative is one vector–Jacobian product ``∂θ Σ C ∘ G(θ)``: a single backward
+    pass through ``G``'s graph (for the default metric, a third derivative of the model),
+    where differentiating the bracket itself would take one per occurrence of ``G``.
+
+    Parameters
+    ----------
+    position : TensorVariable
+        The variable ``G`` was built from (symbolic only).
+    g : TensorVariable
+        ``G(θ)``: its diagonal or the matrix.
+    velocity : TensorVariable
+        ``v = G⁻¹ p``.
+    quadratic_weight, log_det_weight : scalar
+        ``a`` and ``b``.
+    """
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.gradient import disconnected_grad
+
+    if g.ndim == 1:
+        cotangent = -quadratic_weight * velocity**2 + log_det_weight / g
+    else:
+        cotangent = -quadratic_weight * pt.outer(velocity, velocity) + log_det_weight * (
+            pt.linalg.inv(g)
+        )
+    # A constant G (a Gaussian target) has no path to θ: its force is zero.
+    return pytensor.grad(
+        (g * disconnected_grad(cotangent)).sum(), position, disconnected_inputs="ignore"
+    )
 
 
 def softabs_diagonal_hessian(sharpness: float = 1e3) -> PositionDependentMetric:
@@ -105,12 +164,17 @@ def softabs_diagonal_hessian(sharpness: float = 1e3) -> PositionDependentMetric:
         raise ValueError(f"sharpness must be positive, got {sharpness!r}.")
 
     def function(position: Array, target: Any) -> Array:
+        import pytensor
         import pytensor.tensor as pt
-        from pytensor.gradient import hessian
+        from pytensor.gradient import jacobian
 
         if target is None:
             raise ValueError("softabs_diagonal_hessian needs the target's log density.")
-        h = -pt.diagonal(hessian(target.logp(position), position))
+        # Vectorized, not pytensor's scan-based ``hessian``: that one loses the link to a
+        # position that is an expression (a leapfrog step's trial point), and its scan
+        # is slow to differentiate again (the generalized leapfrog needs ∂G/∂θ).
+        gradient = pytensor.grad(target.logp(position), position)
+        h = -pt.diagonal(jacobian(gradient, position, vectorize=True))
         # h coth(αh) = h / tanh(αh), continued by its limit 1/α at h = 0.
         small = pt.abs(alpha * h) < 1e-8
         safe = pt.switch(small, 1.0, h)

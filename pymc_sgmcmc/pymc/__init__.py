@@ -4,6 +4,7 @@ from pymc_sgmcmc.pymc.samplers import (
     GSGNHT,
     HMC,
     HMCEM,
+    RHMC,
     SAMPLERS,
     SGGMC,
     SGHMC,
@@ -13,6 +14,7 @@ from pymc_sgmcmc.pymc.samplers import (
     SGNHTEM,
     SGNPHMC,
     SGNPHMCEM,
+    SGRNPHMC,
 )
 from pymc_sgmcmc.pymc.step import StochasticGradientStep
 
@@ -20,6 +22,7 @@ __all__ = [
     "GSGNHT",
     "HMC",
     "HMCEM",
+    "RHMC",
     "SAMPLERS",
     "SGGMC",
     "SGHMC",
@@ -29,5 +32,6 @@ __all__ = [
     "SGNHTEM",
     "SGNPHMC",
     "SGNPHMCEM",
+    "SGRNPHMC",
     "StochasticGradientStep",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 from pymc_sgmcmc.adaptation.em import MassEM
 from pymc_sgmcmc.adaptation.mass_em import MASS_STRUCTURES
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.kernels import geodesic, hmc, sghmc, sgld, sgnht, sgnphmc
+from pymc_sgmcmc.kernels import geodesic, hmc, riemannian, sghmc, sgld, sgnht, sgnphmc
 from pymc_sgmcmc.pymc.step import StochasticGradientStep
 from pymc_sgmcmc.validation import check_choice
 
@@ -598,6 +598,229 @@ class GSGNHT(StochasticGradientStep):
         )
 
 
+# -- Riemannian samplers ------------------------------------------------------------------
+
+RIEMANNIAN_METRIC_DOC = """
+    The metric. By default ``G(θ)`` is
+    :func:`~pymc_sgmcmc.metrics.riemannian.softabs_diagonal_hessian`: the SoftAbs
+    ``h coth(αh)`` of the negative Hessian's diagonal ``h`` of the log density. It is
+    the local curvature, so the dynamics move in units of the posterior's local scale,
+    which is what lets one step size serve a target whose scale changes from place to
+    place (a funnel); unlike the Fisher information it needs nothing of the model but
+    its log density; unlike the raw Hessian it stays positive definite where the log
+    density is flat or convex (it tends to ``1/α``); and a diagonal keeps ``G⁻¹``,
+    ``log det G`` and their derivatives cheap. It costs a Hessian diagonal (and its
+    derivative) per evaluation: Riemannian samplers pay off on small, strongly curved
+    models, not on large regressions.
+"""
+
+
+LOG_DET_LIMIT = 700.0
+"""The largest ``|log |G||`` at which SGR-NPHMC's thermostat mass ``|G|`` is a float."""
+
+
+def _check_metric(step: StochasticGradientStep, metric: Any) -> float:
+    """Evaluate ``G`` once at the initial point; refuse a wrong shape or a non-SPD value.
+
+    Returns ``log |G|`` there.
+    """
+    import numpy as np
+    import pytensor
+
+    from pymc_sgmcmc.gradients.minibatch import exact_target
+    from pymc_sgmcmc.pymc.model_graph import full_data_logp
+
+    name, dim = type(step).__name__, step.dim
+    flat = step._flat
+    logp = full_data_logp(step._model, flat, step.vars, step._initial_point)
+    target = exact_target(logp, flat.position)
+    fix = (
+        f"metric= must return G(θ) as a positive vector of length {dim} (diagonal) or a "
+        f"symmetric positive-definite {dim}x{dim} matrix, finite at the initial point; "
+        "e.g. pass metric=None for the SoftAbs of the Hessian's diagonal, or make a "
+        "diagonal positive with pt.exp or pt.softplus."
+    )
+    try:
+        g = metric.matrix(flat.position, target)
+        fn = pytensor.function([flat.position], g, on_unused_input="ignore")
+    except Exception as error:
+        raise ValueError(f"{name}: the metric could not be built ({error}). {fix}") from error
+    x0 = np.concatenate([np.ravel(step._initial_point[v.name]) for v in step.vars])
+    value = np.asarray(fn(x0.astype(flat.position.dtype)), dtype=float)
+    if value.shape not in ((dim,), (dim, dim)):
+        raise ValueError(f"{name}: the metric has shape {value.shape}, not ({dim},). {fix}")
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"{name}: the metric is not finite at the initial point. {fix}")
+    if value.ndim == 1:
+        positive = bool(np.all(value > 0))
+    else:
+        symmetric = np.allclose(value, value.T, rtol=1e-8, atol=1e-12 * np.abs(value).max())
+        positive = symmetric and bool(np.all(np.linalg.eigvalsh(value) > 0))
+    if not positive:
+        raise ValueError(f"{name}: the metric is not positive definite at the initial point. {fix}")
+    if value.ndim == 1:
+        return float(np.log(value).sum())
+    return float(np.linalg.slogdet(value)[1])
+
+
+class RHMC(StochasticGradientStep):
+    """Riemannian manifold Hamiltonian Monte Carlo.
+
+    Girolami and Calderhead, "Riemann manifold Langevin and Hamiltonian Monte Carlo
+    methods". ``H(θ, p) = −L(θ) + ½ log det G(θ) + ½ pᵀG(θ)⁻¹p`` with ``p ~ N(0, G(θ))``
+    drawn afresh each trajectory, ``n_steps`` generalized leapfrog steps::
+
+        p½ = p − ε/2 ∂θH(θ, p½)                 (implicit: fixed-point iterations)
+        θ' = θ + ε/2 [G(θ)⁻¹ + G(θ')⁻¹] p½       (implicit: fixed-point iterations)
+        p' = p½ − ε/2 ∂θH(θ', p½)
+
+    then a Metropolis–Hastings test on ``H`` with the **full-data** log density (and
+    ``G`` built from it). ``∂θH`` is ``pytensor.grad`` of ``H`` with ``p`` held fixed.
+    The integrator is reversible and volume preserving only up to the fixed-point
+    residual (reported), so a residual far above rounding biases the test: raise
+    ``fixed_point_steps`` or lower ``step_size``. With ``pm.Minibatch`` data the
+    leapfrog uses minibatch gradients and metrics and the test corrects for them only
+    approximately (the momentum is drawn from a minibatch ``G``): use full data.
+
+    ``step_size="auto"`` starts from 0.3 and adapts it by dual averaging on the
+    acceptance, as :class:`HMC`; the metric is not replaced by the Laplace covariance.
+
+    Parameters
+    ----------
+    metric : None, PositionDependentMetric or callable, optional
+        ``G(θ)``: a :class:`~pymc_sgmcmc.metrics.PositionDependentMetric`, or a function
+        ``(position, target) -> G`` of the flat position (a PyTensor vector) returning
+        a positive vector (diagonal ``G``) or a symmetric positive-definite matrix;
+        ``target.logp`` is the model's log density. Checked once at the initial point.
+    fixed_point_steps : int, default 6
+        Fixed-point iterations for each of the two implicit updates.
+    step_jitter : float, default 0.15
+        As for :class:`HMC`.
+
+    Statistics
+    ----------
+    SGLD's, ``accept``, ``accepted``, ``energy_error`` and ``model_logp`` as for
+    :class:`HMC`, ``fixed_point_residual`` (the largest change made by the last
+    fixed-point iteration of the trajectory's last step) and ``fixed_point_steps``.
+    """
+
+    __doc__ = _with_sections(
+        __doc__, "Notes\n-----\n" + inspect.cleandoc(RIEMANNIAN_METRIC_DOC) + COMMON_PARAMETERS_DOC
+    )
+    name = "rhmc"
+    kernel = riemannian.RHMC
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule | str = "auto",
+        n_steps: int = 10,
+        metric: Any = None,
+        fixed_point_steps: int = 6,
+        step_jitter: float = 0.15,
+        **kwargs: Any,
+    ) -> None:
+        metric = riemannian.as_metric(metric)
+        params = {"metric": metric, "solver": riemannian.solver(fixed_point_steps)}
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=params,
+            refresh_every_trajectory=True,
+            step_jitter=step_jitter,
+            **kwargs,
+        )
+        _check_metric(self, metric)
+
+
+class SGRNPHMC(StochasticGradientStep):
+    """Stochastic gradient Riemannian Nosé–Poincaré HMC (SGR-NPHMC).
+
+    Roychowdhury, Kulis and Parthasarathy, "Robust Monte Carlo Sampling using Riemannian
+    Nosé-Poincaré Hamiltonian Dynamics" (supplement, eqs. 1–3). The extended Hamiltonian
+    (eq. 1)::
+
+        H = s [−L(θ) + ½ (p/s)ᵀG⁻¹(p/s) + ½ |G|⁻¹q² + (1+kT)/2 log{(2π)^D |G|}
+               + g kT log s − H₀]
+
+    with a position-dependent metric ``G(θ)``, integrated by the generalized leapfrog
+    (eq. 3) on positions ``(θ, s)`` and momenta ``(p, q)`` with minibatch gradients and
+    log densities; its implicit updates are solved by fixed-point iterations. As for
+    :class:`SGNPHMC`, the friction and noise of eq. 2 are an exact Ornstein–Uhlenbeck step
+    of the real momenta before each leapfrog step (``p/s`` toward ``N(0, kT G(θ))`` with
+    friction ``B``, ``q`` toward ``N(0, kT |G(θ)|)`` with friction ``A``), ``H₀`` puts the
+    state on ``H = 0``, and every trajectory starts at ``s = 1``; the momenta carry over
+    between draws and there is no Metropolis test. A chain starts with
+    ``p ~ N(0, kT G(θ))`` and ``q = 0``.
+
+    On the slice ``H = 0`` the ``(1+kT)/2 log |G|`` term cancels the volumes of ``p/s``
+    and ``q`` for ``kT = 1``, so ``θ`` has the posterior as its law.
+
+    Parameters
+    ----------
+    metric : None, PositionDependentMetric or callable, optional
+        ``G(θ)``, as for :class:`RHMC`.
+    friction : float, default 1.0
+        ``B > 0``, the friction (and noise) on the momentum.
+    diffusion : float, default 1.0
+        ``A > 0``, the friction (and noise) on the thermostat momentum ``q``.
+    temperature : float, default 1.0
+        ``kT > 0``; 1 samples the posterior.
+    degrees_of_freedom : float, optional
+        ``g``; ``D`` by default, the value for which the flow is canonical.
+    fixed_point_steps : int, default 6
+        Fixed-point iterations for each of the two implicit updates.
+
+    Statistics
+    ----------
+    SGLD's, ``kinetic_temperature`` (``p̃ᵀG(θ)⁻¹p̃ / D`` of the real momentum),
+    ``control`` (``s``), ``control_momentum`` (``q``), ``energy_drift`` (the change of
+    eq. 1's ``H`` summed over the trajectory's steps; 0 for the exact flow),
+    ``fixed_point_residual`` (the largest change made by a last fixed-point iteration in
+    the trajectory) and ``fixed_point_steps``.
+    """
+
+    __doc__ = _with_sections(
+        __doc__, "Notes\n-----\n" + inspect.cleandoc(RIEMANNIAN_METRIC_DOC) + COMMON_PARAMETERS_DOC
+    )
+    name = "sgrnphmc"
+    kernel = riemannian.SGRNPHMC
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule | str = "auto",
+        n_steps: int = 10,
+        metric: Any = None,
+        friction: float = 1.0,
+        diffusion: float = 1.0,
+        temperature: float = 1.0,
+        degrees_of_freedom: float | None = None,
+        fixed_point_steps: int = 6,
+        **kwargs: Any,
+    ) -> None:
+        metric = riemannian.as_metric(metric)
+        params = {
+            "metric": metric,
+            "solver": riemannian.solver(fixed_point_steps),
+            **riemannian.np_parameters(friction, diffusion, temperature, degrees_of_freedom),
+        }
+        super().__init__(vars, step_size=step_size, n_steps=n_steps, kernel_params=params, **kwargs)
+        log_det = _check_metric(self, metric)
+        # The thermostat's mass is |G(θ)| itself (eq. 1): q ~ N(0, kT |G|) overflows, and
+        # |G|⁻¹ underflows, once log |G| leaves about ±700.
+        if abs(log_det) > LOG_DET_LIMIT:
+            raise ValueError(
+                f"SGRNPHMC: log |G(θ)| = {log_det:.4g} at the initial point; the thermostat "
+                f"mass |G| of eq. 1 is then outside floating point (|log |G|| must stay "
+                f"below {LOG_DET_LIMIT:g}). Pass a metric with smaller entries (e.g. scaled "
+                "by a constant), fewer variables, or use RHMC or SGNPHMC."
+            )
+
+
 SAMPLERS: tuple[type[StochasticGradientStep], ...] = (
     SGLD,
     SGHMC,
@@ -610,5 +833,7 @@ SAMPLERS: tuple[type[StochasticGradientStep], ...] = (
     SGNPHMCEM,
     SGGMC,
     GSGNHT,
+    RHMC,
+    SGRNPHMC,
 )
 """Every public sampler: the conformance tests run on each."""

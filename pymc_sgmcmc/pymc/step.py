@@ -12,7 +12,9 @@ names its kernel and passes its parameters; it overrides nothing.
 
 from __future__ import annotations
 
+import functools
 import math
+import typing
 import warnings
 from typing import Any, ClassVar
 
@@ -48,6 +50,7 @@ from pymc_sgmcmc.metrics.euclidean import (
     euclidean_metric,
     metric_from_inverse,
 )
+from pymc_sgmcmc.metrics.riemannian import PositionDependentMetric
 from pymc_sgmcmc.pymc.data_checks import check_minibatched_data, data_value
 from pymc_sgmcmc.pymc.mode import ModeFinder, ModeResult, search_mode
 from pymc_sgmcmc.pymc.model_graph import FlatLogp, flat_logp, full_data_logp, is_sphere_valued
@@ -218,7 +221,7 @@ class StochasticGradientStep(ArrayStepShared):
             stats.update(METROPOLIS_STATS)
         if cls.mass_adapter_class is not None:
             stats.update(cls.mass_adapter_class.stats_dtypes_shapes)
-        elif "metric" in kernel.params_type._fields:
+        elif "metric" in kernel.params_type._fields and not position_dependent(kernel):
             stats.update(WindowedMass.stats_dtypes_shapes)
         if _measures_noise(kernel):
             stats["gradient_noise"] = (np.float64, [])
@@ -336,6 +339,12 @@ class StochasticGradientStep(ArrayStepShared):
         self._estimates_noise = isinstance(fixed.get("noise_estimate"), str)
         if self._estimates_noise:
             fixed["noise_estimate"] = 0.0
+        if position_dependent(kernel) and (mass is not None or mass_adapter is not None):
+            raise TypeError(
+                f"{type(self).__name__} moves with a position-dependent metric G(θ), so it "
+                "has no constant mass: pass metric= (a function of the position) instead of "
+                "mass= or a mass adapter."
+            )
         if "metric" in fields and mass_adapter is None and "metric" not in fixed:
             fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
         if "layout" in fields:
@@ -503,7 +512,14 @@ class StochasticGradientStep(ArrayStepShared):
         return Anchor(np.asarray(position, dtype=self._dtype), float(logp), gradient)
 
     def _precondition(self) -> None:
-        """Set the metric (or the EM's starting mass) from the Laplace covariance."""
+        """Set the metric (or the EM's starting mass) from the Laplace covariance.
+
+        A position-dependent metric is the sampler's own and stays: its default step
+        size is in the units it sets (e.g. the Hessian's, which are the Laplace ones at
+        the mode).
+        """
+        if position_dependent(self.kernel):
+            return
         covariance = self.mode.covariance
         if self.mass_adapter is not None:
             from pymc_sgmcmc.adaptation.em import _initial_mass_in_structure
@@ -1042,8 +1058,32 @@ class StochasticGradientStep(ArrayStepShared):
 
 
 def _measures_noise(kernel: Kernel) -> bool:
-    """Whether the sampler measures its gradient noise (with ``pm.Minibatch`` data)."""
-    return kernel.step_noise and "metric" in kernel.params_type._fields
+    """Whether the sampler measures its gradient noise (with ``pm.Minibatch`` data).
+
+    The measurement whitens by a constant mass; a position-dependent metric has none.
+    """
+    return (
+        kernel.step_noise
+        and "metric" in kernel.params_type._fields
+        and not position_dependent(kernel)
+    )
+
+
+@functools.cache
+def _declares_position_dependent(params_type: type) -> bool:
+    hint = typing.get_type_hints(params_type).get("metric")
+    return isinstance(hint, type) and issubclass(hint, PositionDependentMetric)
+
+
+def position_dependent(kernel: Kernel) -> bool:
+    """Whether the kernel's ``metric`` parameter is a :class:`PositionDependentMetric`.
+
+    Read from the annotation of its parameters' ``metric`` field. Such a metric is the
+    sampler's own: the glue builds no Euclidean one from ``mass=``, does not replace it
+    with the Laplace covariance (``step_size="auto"``), adapts no mass, measures no
+    whitened gradient noise, and does not apply :func:`runaway_trajectory`.
+    """
+    return _declares_position_dependent(kernel.params_type)
 
 
 def _check_vars(sampler: str, kernel: Kernel, vars: list[TensorVariable], model) -> None:
