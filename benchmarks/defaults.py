@@ -107,7 +107,19 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = ("SGLD", "SGHMC", "SGNHT", "HMC", "HMCEM", "SGHMCEM", "SGNHTEM")
+OURS = (
+    "SGLD",
+    "SGHMC",
+    "SGNHT",
+    "HMC",
+    "HMCEM",
+    "SGHMCEM",
+    "SGNHTEM",
+    "SGNPHMC",
+    "SGNPHMCEM",
+    "SGRNPHMC",
+    "RHMC",
+)
 SAMPLERS = (*OURS, "NUTS")
 QUICK = 100  # warm-up and kept draws per chain with --quick
 QUICK_REFERENCE = (4, 1000, 1000)  # chains, draws, tune of a reference computed by --quick
