@@ -10,6 +10,8 @@ NumPy integrator: variance ratios 1.00–1.02 at ε = 0.2), under one MCSE here.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from test_samplers_statistical import (
@@ -176,7 +178,12 @@ def test_check_rejects_a_sampler_at_the_wrong_temperature(corr_model):
     # Uhlenbeck friction absorbs it and the draws still pass, so it is no bug of the
     # sampled law.)
     settings = {"temperature": 2.0, "mode_kwargs": {"progressbar": False}}
-    draws = sample(corr_model, pmsg.SGNPHMC, settings, 12)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        draws = sample(corr_model, pmsg.SGNPHMC, settings, 12)
+    # kT = 2 was asked for: the kinetic temperature is reported in units of kT, and its
+    # check does not call the chain too hot.
+    assert not [w for w in caught if "kinetic temperature" in str(w.message)]
     with pytest.raises(AssertionError, match="FAIL x major axis sd"):
         check_correlated(draws)
 

@@ -486,6 +486,15 @@ def np_stats(state: NPState, params: NPParams) -> dict:
     }
 
 
+def temperature_scale(step_size: float, params: NPParams) -> float:
+    """``1/kT``: the real momentum's law is ``N(0, kT M)``, so ``p̃ᵀM⁻¹p̃ / D`` averages ``kT``.
+
+    Scaled, the reported kinetic temperature averages 1 at any chosen ``kT`` and its check
+    measures a departure from the intended law, not the choice of ``kT``.
+    """
+    return 1.0 / float(params.temperature)
+
+
 SGRNPHMC = Kernel(
     name="sgrnphmc",
     state_type=NPState,
@@ -504,4 +513,5 @@ SGRNPHMC = Kernel(
     },
     step_noise_extra=1,
     default_step_size=0.2,
+    temperature_scale=temperature_scale,
 )

@@ -170,6 +170,15 @@ def stats(state: SGNPHMCState, params: SGNPHMCParams) -> dict:
     }
 
 
+def temperature_scale(step_size: float, params: SGNPHMCParams) -> float:
+    """``1/kT``: the real momentum's law is ``N(0, kT M)``, so ``p̃ᵀM⁻¹p̃ / D`` averages ``kT``.
+
+    Scaled, the reported kinetic temperature averages 1 at any chosen ``kT`` and its check
+    measures a departure from the intended law, not the choice of ``kT``.
+    """
+    return 1.0 / float(params.temperature)
+
+
 KERNEL = Kernel(
     name="sgnphmc",
     state_type=SGNPHMCState,
@@ -189,4 +198,5 @@ KERNEL = Kernel(
     gradient_at_end=True,
     noise_damping="friction",
     default_step_size=0.2,
+    temperature_scale=temperature_scale,
 )

@@ -299,7 +299,7 @@ class SGNPHMC(StochasticGradientStep):
 
     Statistics
     ----------
-    SGLD's, ``kinetic_temperature`` (``p̃ᵀM⁻¹p̃ / D`` of the real momentum), ``control``
+    SGLD's, ``kinetic_temperature`` (``p̃ᵀM⁻¹p̃ / (D kT)`` of the real momentum), ``control``
     (``s``), ``control_momentum`` (``q``) and ``energy_drift`` (the change of eq. 6's ``H``
     summed over the trajectory's steps; 0 for the exact flow, ``O(ε²)`` per step).
     """
@@ -775,7 +775,7 @@ class SGRNPHMC(StochasticGradientStep):
 
     Statistics
     ----------
-    SGLD's, ``kinetic_temperature`` (``p̃ᵀG(θ)⁻¹p̃ / D`` of the real momentum),
+    SGLD's, ``kinetic_temperature`` (``p̃ᵀG(θ)⁻¹p̃ / (D kT)`` of the real momentum),
     ``control`` (``s``), ``control_momentum`` (``q``), ``energy_drift`` (the change of
     eq. 1's ``H`` summed over the trajectory's steps; 0 for the exact flow),
     ``fixed_point_residual`` (the largest change made by a last fixed-point iteration in
