@@ -37,6 +37,7 @@ from pymc_sgmcmc.dynamics.riemannian import (
     riemannian_ornstein_uhlenbeck,
 )
 from pymc_sgmcmc.kernels.base import Kernel, Target
+from pymc_sgmcmc.kernels.sgnphmc import or_dimension, temperature_scale
 from pymc_sgmcmc.metrics.riemannian import (
     PositionDependentMetric,
     metric_force,
@@ -76,13 +77,6 @@ def solver(fixed_point_steps: int) -> FixedPoint:
     """Validated fixed-point iterations per implicit update."""
     fix = "Pass fixed_point_steps >= 1 (Girolami and Calderhead use about 6)."
     return FixedPoint(check_count("fixed_point_steps", fixed_point_steps, 1, fix))
-
-
-def _held(*variables: Array) -> list[Array]:
-    """The variables, cut from the gradient: ``∂/∂θ`` of ``H`` with them held fixed."""
-    from pytensor.gradient import disconnected_grad
-
-    return [disconnected_grad(v) for v in variables]
 
 
 def at_point(function: Callable[..., Array]) -> Callable[..., Array]:
@@ -375,14 +369,6 @@ def np_derivatives(
     return NosePoincareDerivatives(at_point(d_position), d_momentum, d_s, d_q)
 
 
-def _degrees(params: NPParams, position: Array) -> Array:
-    """``g``, or the dimension ``D`` where the parameter is 0 (the "None" default)."""
-    import pytensor.tensor as pt
-
-    dimension = pt.cast(position.shape[0], position.dtype)
-    return pt.switch(params.degrees_of_freedom > 0, params.degrees_of_freedom, dimension)
-
-
 def np_init(position: Array, normal: Array, params: NPParams) -> NPState:
     """A chain at ``position``: ``s = 1``, ``q = 0``; ``p̃`` drawn by :func:`np_prepare`."""
     dtype = position.dtype
@@ -426,7 +412,7 @@ def np_step(state: NPState, target: Target, noise: Array, params: NPParams) -> N
     eps, kT = params.step_size, params.temperature
     position, s = state.position, state.control
     dim = position.shape[0]
-    g_dof = _degrees(params, position)
+    g_dof = or_dimension(params.degrees_of_freedom, position)
     geometry = Geometry(params.metric, target)
     g, log_det = geometry(position)
     real_momentum, q = riemannian_ornstein_uhlenbeck(
@@ -484,15 +470,6 @@ def np_stats(state: NPState, params: NPParams) -> dict:
         "fixed_point_residual": float(state.residual),
         "fixed_point_steps": params.solver.steps,
     }
-
-
-def temperature_scale(step_size: float, params: NPParams) -> float:
-    """``1/kT``: the real momentum's law is ``N(0, kT M)``, so ``p̃ᵀM⁻¹p̃ / D`` averages ``kT``.
-
-    Scaled, the reported kinetic temperature averages 1 at any chosen ``kT`` and its check
-    measures a departure from the intended law, not the choice of ``kT``.
-    """
-    return 1.0 / float(params.temperature)
 
 
 SGRNPHMC = Kernel(

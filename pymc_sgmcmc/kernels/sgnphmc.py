@@ -80,7 +80,7 @@ def parameters(
     return values
 
 
-def _or_dimension(value: Array, position: Array) -> Array:
+def or_dimension(value: Array, position: Array) -> Array:
     """``value``, or the dimension ``D`` where ``value`` is 0 (the "None" default)."""
     xp = namespace(value, position)
     dimension = position.shape[0]
@@ -118,8 +118,8 @@ def step(state: SGNPHMCState, target: Target, noise: Array, params: SGNPHMCParam
     """One step: Ornstein–Uhlenbeck noise, ``H₀`` on the level set, eq. 7's leapfrog."""
     metric = params.metric
     dim = state.position.shape[0]
-    thermostat_mass = _or_dimension(params.thermostat_mass, state.position)
-    degrees = _or_dimension(params.degrees_of_freedom, state.position)
+    thermostat_mass = or_dimension(params.thermostat_mass, state.position)
+    degrees = or_dimension(params.degrees_of_freedom, state.position)
     # L̃ at the start on this step's rows: the change of L̃ that drives q then has no
     # minibatch-to-minibatch noise in it.
     core = NosePoincareState(*state[:6])._replace(logp=target.logp(state.position))
@@ -172,6 +172,8 @@ def stats(state: SGNPHMCState, params: SGNPHMCParams) -> dict:
 
 def temperature_scale(step_size: float, params: SGNPHMCParams) -> float:
     """``1/kT``: the real momentum's law is ``N(0, kT M)``, so ``p̃ᵀM⁻¹p̃ / D`` averages ``kT``.
+
+    SGR-NPHMC shares it (with ``G(θ)`` for ``M``).
 
     Scaled, the reported kinetic temperature averages 1 at any chosen ``kT`` and its check
     measures a departure from the intended law, not the choice of ``kT``.
