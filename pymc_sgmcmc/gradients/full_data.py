@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytensor.tensor as pt
-from pymc.pytensorf import compile as pm_compile
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
+from pymc_sgmcmc.compilation import compile_graph
 from pymc_sgmcmc.pymc.model_graph import MinibatchGroup, RowLogp, _as_shared_data
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
@@ -91,9 +91,7 @@ class FullDataPass:
         inputs = [rows.position, prior_weight]
         for start, stop, weight in zip(starts, stops, weights, strict=True):
             inputs += [start, stop, weight]
-        kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
-        self._function = pm_compile(inputs, [logp, gradient], random_seed=False, **kwargs)
-        self._function.trust_input = True
+        self._function = compile_graph(inputs, [logp, gradient], compile_kwargs)
         bytes_per_row = max(
             (
                 sum(int(np.prod(_shape(s)[1:])) * np.dtype(s.dtype).itemsize for s in group)
@@ -174,11 +172,9 @@ class SubsampleGradient:
                 total = total + term
         logp = graph_replace(total, replaced, strict=False)
         gradient = pt.grad(logp, rows.position)
-        kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
-        self._function = pm_compile(
-            [rows.position, *self.indices], [logp, gradient], random_seed=False, **kwargs
+        self._function = compile_graph(
+            [rows.position, *self.indices], [logp, gradient], compile_kwargs
         )
-        self._function.trust_input = True
         self.dtype = rows.prior.dtype
 
     def __call__(self, position: np.ndarray, rows: list[np.ndarray]) -> tuple[float, np.ndarray]:

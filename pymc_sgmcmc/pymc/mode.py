@@ -147,7 +147,7 @@ def find_mode(
     gtol: float = 1e-8,
     chunk_rows: int | None = None,
     progressbar: bool = True,
-    random_seed: int | np.random.Generator | None = None,
+    random_seed: int | np.random.Generator | None = 0,
     compile_kwargs: dict | None = None,
 ) -> ModeResult:
     """Find the posterior mode of a PyMC model, streaming its data.
@@ -186,8 +186,11 @@ def find_mode(
         Rows per chunk of a full-data pass (about 64 MiB of data by default).
     progressbar : bool, default True
         Show the phases and the L-BFGS iterations.
-    random_seed : int or Generator, optional
-        For Adam's minibatches and the curvature probes.
+    random_seed : int, Generator or None, default 0
+        For Adam's minibatches and the curvature probes. The fixed default makes the
+        mode a function of the model and its data alone, so that a sampler that searches
+        it before ``pm.sample`` (whose ``random_seed`` does not exist yet) reproduces its
+        draws; ``None`` draws fresh entropy.
     compile_kwargs : dict, optional
         Passed to PyMC's ``compile``.
 

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from pymc.pytensorf import compile as pm_compile
 from pytensor.graph.basic import Variable
 
+from pymc_sgmcmc.compilation import compile_graph
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
 from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
@@ -320,15 +320,10 @@ def compile_trajectory(
     rows: Rows,
     compile_kwargs: dict | None = None,
 ) -> CompiledTrajectory:
-    """Compile the trajectory; inputs are trusted (the step method builds them).
+    """Compile the trajectory (:func:`~pymc_sgmcmc.compilation.compile_graph`).
 
-    PyMC's ``compile`` turns the parameter checks of the log density (``sigma > 0``)
-    into ``-inf`` instead of an exception, so a step out of the support is an ordinary
-    rejected or divergent trajectory, as in PyMC's own samplers. Call it inside the
-    model's context, so that it honours the model's ``check_bounds``.
+    A step out of the support is then an ordinary rejected or divergent trajectory, as in
+    PyMC's own samplers. Call it inside the model's context.
     """
-    kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
-    # No random variables remain in the graph (the step method draws all randomness).
-    fn = pm_compile(list(inputs.values()), list(outputs.values()), random_seed=False, **kwargs)
-    fn.trust_input = True
+    fn = compile_graph(list(inputs.values()), list(outputs.values()), compile_kwargs)
     return CompiledTrajectory(fn, tuple(inputs), tuple(outputs), rows)
