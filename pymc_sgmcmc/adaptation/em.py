@@ -26,6 +26,7 @@ from pymc_sgmcmc.adaptation.mass_em import (
     condition_number,
     curvature_estimate,
     estimate_inverse_mass,
+    geometric_mean_eigenvalue,
     online_inverse_mass_update,
     step_sequence,
     stiffness,
@@ -235,7 +236,9 @@ class MassEM(Adapter):
 
     def _m_step(self, step_size: float, chain: ChainContext) -> bool:
         samples = np.asarray(self.em_samples, dtype=float)
-        estimate = estimate_inverse_mass(samples, self.estimator, self.structure)
+        estimate = estimate_inverse_mass(
+            samples, self.estimator, self.structure, geometric_mean_eigenvalue(self.initial_inverse)
+        )
         if estimate is None:
             return False
         old_inverse = np.asarray(self.metric.inverse, dtype=float)

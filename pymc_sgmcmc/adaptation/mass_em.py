@@ -13,10 +13,14 @@ Two estimates ``M_I^est`` are offered:
 ``"position"``
     The estimate PyMC and Stan use: the empirical covariance of the stored positions,
     which is the ``M⁻¹`` that makes the posterior isotropic in the velocity's metric,
-    normalised to unit determinant. The normalisation keeps the overall scale of the
-    initial (identity) mass, so ``step_size`` and ``friction`` keep their meaning while
-    the mass learns the posterior's shape; without it a wide posterior would make the
-    samplers' explicit friction step ``ε C M⁻¹`` unstable (it needs ``ε C λ_max(M⁻¹) < 2``).
+    normalised to the determinant of the initial inverse mass. The normalisation keeps
+    the overall scale of the mass the chain started from (the identity, or the Laplace
+    covariance with ``step_size="auto"``), so ``step_size`` and ``friction`` keep their
+    meaning while the mass learns the posterior's shape; without it a wide posterior
+    would make the samplers' explicit friction step ``ε C M⁻¹`` unstable (it needs
+    ``ε C λ_max(M⁻¹) < 2``). A fixed determinant (one) would be in absolute units: a
+    Laplace mass of a posterior with sd 1,000 was replaced by the identity, and the
+    chain, its step size learned in the Laplace units, barely moved.
 
 An M step is refused when it would make the sampler stiffer than ``MAX_STIFFNESS`` (and
 than ``STIFFNESS_TOLERANCE`` times the initial mass), judged from the curvature the E
@@ -100,7 +104,9 @@ def _is_well_conditioned(matrix: np.ndarray) -> bool:
     return bool(eig[0] > 0 and eig[-1] / eig[0] < MAX_CONDITION)
 
 
-def estimate_inverse_mass(samples: np.ndarray, estimator: str, structure: str) -> np.ndarray | None:
+def estimate_inverse_mass(
+    samples: np.ndarray, estimator: str, structure: str, scale: float = 1.0
+) -> np.ndarray | None:
     """``M_I^est`` from the stored samples of one E step.
 
     Parameters
@@ -111,6 +117,9 @@ def estimate_inverse_mass(samples: np.ndarray, estimator: str, structure: str) -
         Which estimate of ``M_I`` to form (see the module docstring).
     structure : {"diag", "dense"}
         Diagonal or dense mass.
+    scale : float
+        ``"position"`` only: the geometric mean eigenvalue the estimate is normalised
+        to, that of the initial inverse mass (:func:`geometric_mean_eigenvalue`).
 
     Returns
     -------
@@ -136,7 +145,7 @@ def estimate_inverse_mass(samples: np.ndarray, estimator: str, structure: str) -
         )
         return None
     if estimator == "position":
-        return cov / geometric_mean_eigenvalue(cov)
+        return cov * (scale / geometric_mean_eigenvalue(cov))
     # eq. 5's M_I^est: the inverse of the empirical momentum covariance.
     if structure == "diag":
         return 1.0 / cov

@@ -98,7 +98,10 @@ def euclidean_metric(mass: Any, dim: int, dtype: str | np.dtype = "float64") -> 
             raise ValueError(f"mass vector of shape {m.shape} is not valid here. {fix}")
         return EuclideanMetric(inverse=(1.0 / m).astype(dtype), factor=np.sqrt(m).astype(dtype))
     if m.ndim == 2:
-        if m.shape != (dim, dim) or not np.all(np.isfinite(m)) or not np.allclose(m, m.T):
+        # Symmetry relative to the matrix's own scale: an absolute tolerance refused
+        # the inverted Laplace covariance of a posterior with sds of 1e-3.
+        valid = m.shape == (dim, dim) and np.all(np.isfinite(m))
+        if not (valid and np.allclose(m, m.T, rtol=1e-8, atol=1e-12 * np.abs(m).max())):
             raise ValueError(f"mass matrix of shape {m.shape} is not valid here. {fix}")
         try:
             chol = scipy.linalg.cholesky(m, lower=True)

@@ -12,18 +12,22 @@ than drawing inside the compiled function.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pymc.data import MinibatchOp
+from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.pytensorf import join_nonshared_inputs
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.traversal import ancestors, toposort
 from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.type_other import NoneConst
 
@@ -172,32 +176,24 @@ def flat_logp(model, vars: list[Variable], initial_point: dict[str, np.ndarray])
 def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> Variable:
     """The exact log density on all rows, as a function of ``flat.position``.
 
-    Every ``pm.Minibatch`` is replaced by its full data (PyMC's own
-    ``remove_minibatched_nodes``), so the ``total_size`` scaling becomes 1. Used where a
-    sampler needs the exact density, e.g. a Metropolis–Hastings test.
+    :func:`row_logp` with every placeholder fed its group's full data, so that PyMC's
+    ``total_size`` scaling becomes 1. Used where a sampler needs the exact density, e.g.
+    a Metropolis–Hastings test. (Not PyMC's ``remove_minibatched_nodes``: it cannot
+    rebuild a multivariate observed variable, see :func:`_rebuilt_node`.)
     """
-    from pymc.model.transform import remove_minibatched_nodes
-    from pytensor.graph.replace import clone_replace
-
     if not flat.groups:
         return flat.logp
-    full_model = remove_minibatched_nodes(model)
-    names = {v.name for v in vars}
-    # Match by the value variables' names: a transformed variable's value ("s_log__")
-    # is not a name the model can be indexed with.
-    full_values = {v.name: v for v in full_model.value_vars}
-    full_vars = [full_values[v.name] for v in vars]
-    shared_by_name = {v.name: s for v, s in flat.shared.items()}
-    full_shared = {v: shared_by_name[v.name] for v in full_model.value_vars if v.name not in names}
-    [logp], position = join_nonshared_inputs(
-        initial_point, [full_model.logp()], full_vars, full_shared
-    )
+    rows = row_logp(model, flat, vars, initial_point)
+    total = rows.prior
+    for terms in rows.terms:
+        for term in terms:
+            total = total + term
     data = {
-        c: _as_shared_data(c)
-        for c in ancestors([logp])
-        if isinstance(c, Constant) and getattr(c.data, "size", 0) > 10_000
+        placeholder: _as_shared_data(array)
+        for placeholders, group in zip(rows.placeholders, flat.groups, strict=True)
+        for placeholder, array in zip(placeholders, group.data, strict=True)
     }
-    return clone_replace(logp, {position: flat.position, **data})
+    return graph_replace(total, data, strict=False)
 
 
 @dataclass
@@ -232,19 +228,57 @@ class RowLogp:
     position: Variable
 
 
-class _CloneableMinibatchRandomVariable(MinibatchRandomVariable):
-    """PyMC's op, able to rebuild a node from that node's own inputs.
+def _rebuilt_node(node: Apply, inputs: list[Variable]) -> Apply:
+    """``node`` made anew from ``inputs``, whose static shapes may be less specific.
 
-    PyMC's ``make_node`` takes ``None`` for a dimension without ``total_size`` but stores
-    ``NoneConst``, which it then refuses when the node is cloned (as replacing the
-    minibatches does): every multivariate observed variable has such a dimension.
+    ``clone_with_new_inputs`` keeps an op's input types and pins a less specific input to
+    the old static shape with ``specify_shape``, which is wrong here (the minibatch's
+    placeholder has any number of rows) and hides a random variable from PyMC's log
+    density (a mixture's components became ``SpecifyShape``, which PyMC's mixture log
+    density cannot read, neither with our rewrite nor with PyMC's own
+    ``remove_minibatched_nodes``). Two ops are made anew instead:
+
+    - PyMC's symbolic random variables (mixtures, ...), through their ``rv_op`` from the
+      new parameters, as PyMC itself does when a size changes type;
+    - ``MinibatchRandomVariable``, whose ``make_node`` stores ``NoneConst`` for a dimension
+      without ``total_size`` but refuses it when the node is made again (every
+      multivariate observed variable has such a dimension).
     """
+    op = node.op
+    if isinstance(op, MinibatchRandomVariable):
+        rv, *total_size = inputs
+        return op.make_node(rv, *(None if NoneConst.equals(t) else t for t in total_size))
+    if (
+        isinstance(op, SymbolicRandomVariable)
+        and op.extended_signature is not None
+        and hasattr(op, "rv_op")
+        and any(
+            not old.type.is_super(new.type) for old, new in zip(node.inputs, inputs, strict=True)
+        )
+    ):
+        (rng_idxs, size_idx, param_idxs), _ = op.get_input_output_type_idxs(op.extended_signature)
+        params = [inputs[i] for i in param_idxs]
+        options = {} if size_idx is None else {"size": inputs[size_idx]}
+        if "rng" in inspect.signature(op.rv_op).parameters and len(rng_idxs) == 1:
+            options["rng"] = inputs[rng_idxs[0]]
+        rebuilt = op.rv_op(*params, **options).owner
+        if len(rebuilt.outputs) == len(node.outputs):
+            return rebuilt
+    return node.clone_with_new_inputs(inputs, strict=False)
 
-    def make_node(self, rv, *total_size):
-        return super().make_node(rv, *(None if NoneConst.equals(t) else t for t in total_size))
 
-
-_CLONEABLE_MINIBATCH_RV = _CloneableMinibatchRandomVariable()
+def _replace_rebuilding(
+    outputs: list[Variable], replacements: dict[Variable, Variable]
+) -> list[Variable]:
+    """``clone_replace`` of ``outputs`` that remakes each node with :func:`_rebuilt_node`."""
+    memo: dict[Variable, Variable] = dict(replacements)
+    for node in toposort(outputs):
+        inputs = [memo.get(i, i) for i in node.inputs]
+        if all(new is old for new, old in zip(inputs, node.inputs, strict=True)):
+            continue
+        rebuilt = _rebuilt_node(node, inputs)
+        memo.update(zip(node.outputs, rebuilt.outputs, strict=True))
+    return [memo.get(o, o) for o in outputs]
 
 
 def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowLogp:
@@ -266,10 +300,8 @@ def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowL
 
     placeholders: list[list[Variable]] = [[] for _ in flat.groups]
     if flat.groups:
-        fgraph, _ = fgraph_from_model(model)
-        for node in fgraph.apply_nodes:
-            if type(node.op) is MinibatchRandomVariable:
-                node.op = _CLONEABLE_MINIBATCH_RV  # our copy of the model: safe to mutate
+        with _initial_values_set_aside(model):
+            fgraph, _ = fgraph_from_model(model)
         replacements = {}
         for node in fgraph.apply_nodes:
             if not isinstance(node.op, MinibatchOp):
@@ -281,7 +313,7 @@ def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowL
                     for j, out in enumerate(node.outputs[:-1])
                 ]
             replacements.update(zip(node.outputs[:-1], placeholders[k], strict=True))
-        outputs = clone_replace(fgraph.outputs, replacements, rebuild_strict=False)
+        outputs = _replace_rebuilding(fgraph.outputs, replacements)
         rebuilt = FunctionGraph(outputs=outputs, clone=False)
         rebuilt._coords = fgraph._coords  # lost by the rebuild, as PyMC notes
         rebuilt._dim_lengths = fgraph._dim_lengths
@@ -320,6 +352,24 @@ def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowL
     return RowLogp(
         prior=prior, terms=terms, scaled=scaled, placeholders=placeholders, position=flat.position
     )
+
+
+@contextmanager
+def _initial_values_set_aside(model) -> Iterator[None]:
+    """The model without its ``initval``s, for PyMC's ``fgraph_from_model``.
+
+    PyMC refuses to copy a model whose variables carry initial values
+    (``NotImplementedError``), which PyMC's docs advise for ordered transforms. The
+    copies made here only give log densities, evaluated at points passed in (the initial
+    point was computed with the initial values), so they are set aside for the copy and
+    restored after it, whatever happens.
+    """
+    saved = model.rvs_to_initial_values
+    model.rvs_to_initial_values = dict.fromkeys(saved)
+    try:
+        yield
+    finally:
+        model.rvs_to_initial_values = saved
 
 
 def _group_of(node: Apply, groups: list[MinibatchGroup]) -> int:

@@ -532,10 +532,11 @@ class StochasticGradientStep(ArrayStepShared):
                 self.mass_adapter.structure = "dense"
             if self.mass_adapter.initial_mass is None:
                 precision = 1.0 / covariance if covariance.ndim == 1 else 1.0 / np.diag(covariance)
-                if self.mass_adapter.structure == "dense":
-                    precision = (
-                        np.linalg.inv(covariance) if covariance.ndim == 2 else np.diag(precision)
-                    )
+                if self.mass_adapter.structure == "dense" and covariance.ndim == 2:
+                    precision = np.linalg.inv(covariance)
+                    precision = 0.5 * (precision + precision.T)
+                elif self.mass_adapter.structure == "dense":
+                    precision = np.diag(precision)
                 self.mass_adapter.initial_mass = _initial_mass_in_structure(
                     precision, self.mass_adapter.structure
                 )
