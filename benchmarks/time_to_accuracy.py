@@ -908,7 +908,16 @@ def table(args, rows: list[dict], header: list[str]) -> str:
             rows_s,
             fmt(r.get("peak_mb")),
         ]
+        # Our samplers' own warnings (a minibatch step capped far below its default is
+        # warned about before sampling): the row is marked and the warning quoted.
+        ours_warned = [
+            w for w in r.get("warnings", []) if r["kind"] == "ours" and w.startswith("Runtime")
+        ]
+        if ours_warned:
+            cells[0] += " (warned)"
         lines.append("| " + " | ".join(cells) + " |")
+        for message in ours_warned:
+            footnotes.append(f"{r['label']} warned: {message.removeprefix('RuntimeWarning: ')}")
         for note in r.get("notes", []):
             footnotes.append(f"{r['label']}: {note}")
         if ex:
