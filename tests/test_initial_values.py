@@ -81,7 +81,13 @@ def model():
     return mixture_model(minibatch=True)
 
 
-DEFAULT_SAMPLERS = [cls for cls in SAMPLERS if cls.kernel.default_step_size is not None]
+RIEMANNIAN = (pmsg.RHMC, pmsg.SGRNPHMC)
+"""Built on the model (mode search and rewrites included) but not sampled here: their
+compiled trajectories on a mixture take minutes (the Hessian's derivatives)."""
+
+DEFAULT_SAMPLERS = [
+    cls for cls in SAMPLERS if cls.kernel.default_step_size is not None and cls not in RIEMANNIAN
+]
 
 
 @pytest.mark.statistical
@@ -127,3 +133,10 @@ def test_the_plain_estimator_and_its_noise_probes_accept_initval(model):
 def test_the_model_keeps_its_initial_values(model):
     assert [v for v in model.rvs_to_initial_values.values() if v is not None]
     np.testing.assert_array_equal(model.initial_point()["mus_ordered__"][0], -1.0)
+
+
+@pytest.mark.parametrize("cls", RIEMANNIAN, ids=lambda cls: cls.__name__)
+def test_the_riemannian_samplers_are_built_on_a_model_with_initval(model, cls):
+    with model:
+        step = cls(mode_kwargs={"progressbar": False})
+    assert step.mode is not None and step.mode.converged
