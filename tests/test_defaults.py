@@ -13,6 +13,7 @@ from pymc_sgmcmc.adaptation.base import ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.step_size import (
     NOISE_TOLERANCE,
     AdaptiveStepSize,
+    acceptance_limited_step_size,
     gradient_noise_ratio,
     noise_limited_step_size,
 )
@@ -28,6 +29,7 @@ from pymc_sgmcmc.diagnostics import (
     kinetic_temperature_departure,
     thermostat_drift,
 )
+from pymc_sgmcmc.dynamics.hmc import leapfrog_step
 from pymc_sgmcmc.metrics.euclidean import euclidean_metric
 from pymc_sgmcmc.pymc.step import runaway_trajectory
 
@@ -74,6 +76,35 @@ def test_noise_limited_step_size_puts_the_noise_ratio_at_its_tolerance():
         step = noise_limited_step_size(variance, damping, 0.1)
         assert gradient_noise_ratio(step, variance, damping) == pytest.approx(0.1)
     assert noise_limited_step_size(np.zeros(3), 1.0) == np.inf
+
+
+def test_acceptance_limited_step_size_gives_the_target_acceptance_to_noisy_leapfrog():
+    # Leapfrog on N(0, I) with gradients of noise variance v per coordinate, at the
+    # predicted cap: the mean Metropolis acceptance is the target. The noise is large, so
+    # the step is small and the integrator's own error is nil (the noise's alone is left);
+    # the dimension is large enough for the energy error to be close to normal.
+    rng = np.random.default_rng(3)
+    trajectories, dim, n_steps = 20_000, 50, 10
+    variance = np.geomspace(1e3, 2e4, dim)
+    for target in (0.6, 0.8, 0.9):
+        step = acceptance_limited_step_size(variance, n_steps, target)
+
+        def noisy_gradient(theta):
+            return -theta + np.sqrt(variance) * rng.normal(size=theta.shape)
+
+        position = rng.normal(size=(trajectories, dim))
+        momentum = rng.normal(size=(trajectories, dim))
+        start = (position**2 + momentum**2).sum(1) / 2
+        gradient = noisy_gradient(position)
+        for _ in range(n_steps):
+            position, momentum, gradient = leapfrog_step(
+                position, momentum, gradient, noisy_gradient, step, np.ones(dim)
+            )
+        end = (position**2 + momentum**2).sum(1) / 2
+        acceptance = np.minimum(1.0, np.exp(start - end))
+        standard_error = acceptance.std() / np.sqrt(trajectories)
+        assert abs(acceptance.mean() - target) < 4 * standard_error
+    assert acceptance_limited_step_size(np.zeros(3), 10, 0.8) == np.inf
 
 
 def test_dual_averaging_reaches_the_target_acceptance_on_a_gaussian():
@@ -296,6 +327,24 @@ def test_a_step_ten_times_too_large_triggers_the_temperature_warning():
     with pytest.warns(RuntimeWarning, match="kinetic temperature"):
         table = pmsg.diagnostics(idata, model, max_draws=200)
     assert not table["kinetic_temperature_ok"].all()
+
+
+@pytest.mark.parametrize("sampler", ["SGHMC", "SGLD", "HMC"])
+def test_plain_minibatch_noise_that_caps_the_step_warns_before_sampling(regression, sampler):
+    # Batches of 5 rows of 5,000: the whitened gradient noise is ~1,000 per coordinate,
+    # which caps the step far below the default (noise-injecting kernels: the temperature
+    # bound; HMC: the acceptance target). The control-variate default builds silently.
+    x, y, _, _ = regression
+    model = regression_model(x, y, batch_size=5)
+    options = {"mode_kwargs": {"progressbar": False}, "model": model}
+    with pytest.warns(RuntimeWarning, match=r"limits the step size .*gradient='control_var"):
+        plain = getattr(pmsg, sampler)(gradient="minibatch", **options)
+    assert plain.minibatch_slowdown > 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        default = getattr(pmsg, sampler)(**options)
+    assert default.gradient == "control_variates"
+    assert default.minibatch_slowdown is None
 
 
 def test_friction_below_the_gradient_noise_triggers_its_warning(regression):

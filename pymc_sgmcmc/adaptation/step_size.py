@@ -6,6 +6,7 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.stats
 from pymc.step_methods.state import DataClassState, dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
@@ -104,6 +105,34 @@ def noise_limited_step_size(
     """
     worst = float(np.max(noise_variance, initial=0.0))
     return math.inf if worst <= 0.0 else 2.0 * tolerance * damping / worst
+
+
+def acceptance_limited_step_size(
+    noise_variance: np.ndarray, n_steps: int, target_accept: float
+) -> float:
+    """The largest leapfrog ``ε`` at which gradient noise alone keeps ``target_accept``.
+
+    A trajectory of ``n`` leapfrog steps evaluates ``n + 1`` gradients, each with a fresh
+    error ``ξ``; they kick the (whitened) momentum ``p ~ N(0, I)`` by ``εξ``, the two at
+    the ends by ``εξ/2``. The energy error this adds has variance
+    ``σ² = (n − ½) ε² tr(L⁻¹VL⁻ᵀ)`` and mean ``σ²/2``; with ``ΔH ~ N(σ²/2, σ²)`` (many
+    coordinates) the mean Metropolis acceptance is ``2Φ(−σ/2)``, so the acceptance target
+    fixes ``σ`` and with it ``ε``. Infinite for exact gradients.
+
+    Parameters
+    ----------
+    noise_variance : ndarray
+        Whitened per-coordinate variance of the gradient estimate.
+    n_steps : int
+        Leapfrog steps per trajectory.
+    target_accept : float
+        Mean acceptance the step-size adaptation aims at.
+    """
+    total = float(np.sum(noise_variance))
+    if total <= 0.0:
+        return math.inf
+    sigma = -2.0 * float(scipy.stats.norm.ppf(target_accept / 2.0))
+    return sigma / math.sqrt((n_steps - 0.5) * total)
 
 
 @dataclass_state

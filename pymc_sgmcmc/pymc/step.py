@@ -39,6 +39,7 @@ from pymc_sgmcmc.adaptation.step_size import (
     NOISE_TOLERANCE,
     AdaptiveStepSize,
     StepSizeAdapter,
+    acceptance_limited_step_size,
     gradient_noise_ratio,
     noise_limited_step_size,
 )
@@ -394,7 +395,7 @@ class StochasticGradientStep(ArrayStepShared):
                 jitter=step_jitter,
                 estimates_noise=self._estimates_noise,
             )
-            if self.gradient == "minibatch" and _measures_noise(kernel) and self._flat.groups:
+            if self.gradient == "minibatch" and self._flat.groups and _noise_checkable(kernel):
                 self._check_minibatch_noise()
         else:
             self.step_size_adapter = StepSizeAdapter(step_size, jitter=step_jitter)
@@ -919,13 +920,16 @@ class StochasticGradientStep(ArrayStepShared):
 
         The gradient noise is measured at the mode, in the Laplace metric, on rows drawn
         from a fixed seed (deterministic for the model and its data, as the mode search).
-        The automatic step size is capped so that this noise adds at most
-        ``NOISE_TOLERANCE`` to the chain's temperature (which bounds the variance it
-        adds); when that cap is :data:`NOISE_LIMITED_SLOWDOWN` times below the kernel's
-        default step, the draws stay accurate in law but a chain moves that much less per
-        gradient, and a run of ordinary length is strongly autocorrelated (measured: at
-        10⁵ rows, SGHMC's cap was 19× below its default and the means were 1.7 sds off
-        after 2 × 2,000 draws).
+        It caps the step size: for a kernel that injects noise, so that the gradient noise
+        adds at most ``NOISE_TOLERANCE`` to the chain's temperature (which bounds the
+        variance it adds, :func:`noise_limited_step_size`); for a kernel with a Metropolis
+        test, so that the energy error it adds alone still lets the acceptance reach its
+        target (:func:`acceptance_limited_step_size`). When that cap is
+        :data:`NOISE_LIMITED_SLOWDOWN` times below the kernel's default step, the draws
+        stay accurate in law but a chain moves that much less per gradient, and a run of
+        ordinary length is strongly autocorrelated (measured: at 10⁵ rows, SGHMC's cap was
+        19× below its default and the means were 1.7 sds off after 2 × 2,000 draws; HMC's
+        min ESS was 2.6 after 2 × 3,000 draws).
         """
         rng = np.random.default_rng(0)
         metric = metric_from_inverse(self.mode.covariance, self._dtype)
@@ -935,24 +939,40 @@ class StochasticGradientStep(ArrayStepShared):
             for _ in range(NOISE_PROBES_AT_START)
         ]
         self.rows_touched_by_setup += self._mode_finder().rows_touched - before
-        cap = noise_limited_step_size(np.mean(probes, axis=0), self._noise_damping)
+        noise = np.mean(probes, axis=0)
+        if self.kernel.energy is None:
+            cap = noise_limited_step_size(noise, self._noise_damping)
+            bound = f"so that it adds at most {NOISE_TOLERANCE:.0%} to the chain's temperature"
+            fix = "gradient='control_variates' (the default, exact at the mode)"
+            cost = 1.0  # ε ∝ 1/V: the gradients scale as the slowdown
+        else:
+            target = self.step_size_adapter.target_accept
+            cap = acceptance_limited_step_size(noise, self.n_steps, target)
+            bound = (
+                f"so that the energy error it adds over {self.n_steps} leapfrog steps "
+                f"still lets {target:.0%} of the trajectories be accepted"
+            )
+            fix = (
+                "gradient='control_variates' (the default: its noise at the mode is nil, "
+                "and the Metropolis test keeps the draws exact)"
+            )
+            cost = 2.0  # ε ∝ 1/√(nV): the gradients scale as the slowdown squared
         slowdown = self.kernel.default_step_size / cap
         self.minibatch_slowdown = float(max(slowdown, 1.0))
         if not slowdown > NOISE_LIMITED_SLOWDOWN:
             return
         name = type(self).__name__
         batches = ", ".join(str(g.batch_size) for g in self._flat.groups)
+        factor = slowdown**cost
         warnings.warn(
             f"{name}(gradient='minibatch'): at the mode, the minibatch gradient noise "
-            f"limits the step size to {cap:.3g} (so that it adds at most "
-            f"{NOISE_TOLERANCE:.0%} to the chain's temperature), {slowdown:.0f}x below the "
+            f"limits the step size to {cap:.3g} ({bound}), {slowdown:.0f}x below the "
             f"default {self.kernel.default_step_size} of control-variate gradients. The "
             f"draws keep the right law, but each moves about {slowdown:.0f}x less: a run "
             "of ordinary length stays autocorrelated and its means and sds can be far off. "
-            "Use gradient='control_variates' (the default, exact at the mode), or pay for "
-            f"the plain estimator with about {slowdown:.0f}x the gradients: "
-            f"n_steps={math.ceil(self.n_steps * slowdown)} or a batch_size about "
-            f"{slowdown:.0f}x the present {batches}.",
+            f"Use {fix}, or pay for the plain estimator with about {factor:.0f}x the "
+            f"gradients: n_steps={math.ceil(self.n_steps * factor)} or a batch_size "
+            f"about {factor:.0f}x the present {batches}.",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -1128,6 +1148,16 @@ def _measures_noise(kernel: Kernel) -> bool:
         and "metric" in kernel.params_type._fields
         and not position_dependent(kernel)
     )
+
+
+def _noise_checkable(kernel: Kernel) -> bool:
+    """Whether the plain-minibatch check before sampling applies to the kernel.
+
+    Kernels that measure their noise, and those with a Metropolis test and a constant
+    mass (HMC, HMC-EM), whose acceptance the noise erodes.
+    """
+    constant_mass = "metric" in kernel.params_type._fields and not position_dependent(kernel)
+    return _measures_noise(kernel) or (kernel.energy is not None and constant_mass)
 
 
 @functools.cache
