@@ -3,7 +3,7 @@
 # and run one of its entry points:
 #   bash run.sh example   # examples/quickstart.py
 #   bash run.sh example NAME   # examples/NAME.py (installs the optional example extras)
-#   bash run.sh test      # the documentation build, then the test suite (what CI runs)
+#   bash run.sh test      # the documentation build, the import layers, then the test suite (what CI runs)
 #   bash run.sh docs      # the documentation site, into site/
 #   bash run.sh bench     # benchmarks/per_iteration.py (installs the optional BlackJAX)
 #   bash run.sh python …  # anything else inside the environment
@@ -67,6 +67,12 @@ case "$cmd" in
              exit 1
            }
            rm -rf "$site"
+           # The layers of docs/architecture.md (import-linter contracts in pyproject.toml).
+           imports=$("$VENV/bin/lint-imports" --no-cache 2>&1) || {
+             echo "$imports"
+             echo "error: an import points up the layers (see docs/architecture.md)." >&2
+             exit 1
+           }
            exec "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@" ;;
   docs)    build_docs "$@" ;;
   bench)   exec "$VENV/bin/python" benchmarks/per_iteration.py "$@" ;;

@@ -9,48 +9,23 @@ from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
 from pymc_sgmcmc.diagnostics import diagnostics, kernel_stein_discrepancy
 from pymc_sgmcmc.distributions import SphereUniform, VonMisesFisher
-from pymc_sgmcmc.pymc.mode import ModeResult, find_mode
-from pymc_sgmcmc.pymc.samplers import (
-    GSGNHT,
-    HMC,
-    HMCEM,
-    RHMC,
-    SGGMC,
-    SGHMC,
-    SGHMCEM,
-    SGLD,
-    SGNHT,
-    SGNHTEM,
-    SGNPHMC,
-    SGNPHMCEM,
-    SGRNPHMC,
-)
+from pymc_sgmcmc.sampling import samplers as _samplers
+from pymc_sgmcmc.sampling.mode import ModeResult, find_mode
+from pymc_sgmcmc.sampling.samplers import *  # noqa: F403 (every registered sampler)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "GSGNHT",
-    "SGGMC",
-    "HMC",
-    "HMCEM",
-    "RHMC",
-    "SGHMC",
-    "SGHMCEM",
-    "SGNHTEM",
-    "SampleSizeRule",
-    "SGLD",
-    "SGNHT",
-    "SGNPHMC",
-    "SGNPHMCEM",
-    "SGRNPHMC",
-    "SphereUniform",
-    "VonMisesFisher",
+    *_samplers.__all__,
     "ConstantStepSize",
     "Minibatch",
     "ModeResult",
+    "PolynomialDecay",
+    "SampleSizeRule",
+    "SphereUniform",
+    "VonMisesFisher",
+    "__version__",
     "diagnostics",
     "find_mode",
     "kernel_stein_discrepancy",
-    "PolynomialDecay",
-    "__version__",
 ]

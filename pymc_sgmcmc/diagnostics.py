@@ -20,134 +20,18 @@ each chain when a check fails, as PyMC warns about divergences.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytensor
-from arviz_stats.base import array_stats
 from pytensor.graph.replace import graph_replace
 
-KINETIC_TEMPERATURE_TOLERANCE = 0.1
-"""Relative departure of the mean kinetic temperature from 1 that fails the check."""
-
-GRADIENT_NOISE_LIMIT = 0.25
-"""Gradient-noise ratio ``B̂/C`` above which the chain is too hot by more than ~12 % in sd."""
-
-THERMOSTAT_DRIFT_TOLERANCE = 0.1
-"""Relative change of the thermostat's mean from the first to the second half that fails."""
-
-MONTE_CARLO_Z = 4.0
-"""Departures within this many Monte Carlo standard errors never fail a check."""
-
-
-def _mean_and_standard_error(values: np.ndarray) -> tuple[float, float]:
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    if values.size < 4:
-        return (float(np.mean(values)) if values.size else np.nan), np.inf
-    # The effective sample size of the fluctuations around a linear trend: a drift is
-    # what the checks look for, and left in it would pass for autocorrelation.
-    index = np.arange(values.size)
-    residuals = values - np.polyval(np.polyfit(index, values, 1), index)
-    ess = float(array_stats.ess(residuals[None], chain_axis=0, draw_axis=1, method="mean"))
-    ess = min(max(ess, 1.0), values.size) if np.isfinite(ess) else 1.0
-    return float(values.mean()), float(residuals.std(ddof=1) / np.sqrt(ess))
-
-
-def kinetic_temperature_departure(values: Sequence[float]) -> tuple[float, bool]:
-    """Mean kinetic temperature of a chain, and whether it departs from 1.
-
-    A departure fails when it exceeds both :data:`KINETIC_TEMPERATURE_TOLERANCE` and
-    :data:`MONTE_CARLO_Z` Monte Carlo standard errors (ESS-based).
-    """
-    mean, error = _mean_and_standard_error(np.asarray(values))
-    departure = abs(mean - 1.0)
-    return mean, bool(departure > max(KINETIC_TEMPERATURE_TOLERANCE, MONTE_CARLO_Z * error))
-
-
-def thermostat_drift(values: Sequence[float]) -> tuple[float, bool]:
-    """Change of the thermostat's mean from the first half of the draws to the second.
-
-    Returns the change relative to the overall mean's magnitude (or the thermostat's sd
-    if that is larger), and whether it fails: larger than
-    :data:`THERMOSTAT_DRIFT_TOLERANCE` and than :data:`MONTE_CARLO_Z` standard errors.
-    """
-    values = np.asarray(values, dtype=float)
-    if values.size < 8:
-        return np.nan, False
-    half = values.size // 2
-    first, first_error = _mean_and_standard_error(values[:half])
-    second, second_error = _mean_and_standard_error(values[half:])
-    scale = max(abs(float(values.mean())), float(values.std()), 1e-12)
-    change = second - first
-    error = float(np.hypot(first_error, second_error))
-    fails = abs(change) > max(THERMOSTAT_DRIFT_TOLERANCE * scale, MONTE_CARLO_Z * error)
-    return float(change / scale), bool(fails)
-
-
-def gradient_noise_level(values: Sequence[float]) -> tuple[float, bool]:
-    """The chain's last measured gradient-noise ratio ``B̂/C``, and whether it is too high."""
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return np.nan, False
-    level = float(values[-1])
-    return level, bool(level > GRADIENT_NOISE_LIMIT)
-
-
-CHAIN_CHECKS = {
-    "kinetic_temperature": kinetic_temperature_departure,
-    "gradient_noise": gradient_noise_level,
-    "thermostat": thermostat_drift,
-}
-"""Each per-draw statistic a chain is checked on, and its check ``(value, fails)``."""
-
-
-def chain_checks(draw_stats: Mapping[str, Sequence[float]]) -> dict[str, tuple[float, bool]]:
-    """The checks of one chain, by statistic, for the statistics it records."""
-    return {
-        name: check(values)
-        for name, check in CHAIN_CHECKS.items()
-        if len(values := draw_stats.get(name, ()))
-    }
-
-
-def chain_check_messages(
-    sampler: str,
-    draw_stats: Mapping[str, Sequence[float]],
-    checks: Mapping[str, tuple[float, bool]] | None = None,
-) -> list[str]:
-    """Messages for the checks one chain fails (``checks``: already computed ones)."""
-    checks = chain_checks(draw_stats) if checks is None else checks
-    messages = []
-    mean, fails = checks.get("kinetic_temperature", (np.nan, False))
-    if fails:
-        messages.append(
-            f"{sampler}: the chain's mean kinetic temperature is {mean:.3g}, not 1: its "
-            f"draws come from a {'too wide' if mean > 1 else 'too narrow'} posterior. "
-            "Too hot: the step size is too large or the friction too small for the "
-            "gradient noise; use step_size='auto', a smaller step_size, or larger "
-            "minibatches. Too cold: the dynamics inject too little noise (a sampler "
-            "of your own?) or the chain has not reached equilibrium (tune longer)."
-        )
-    level, fails = checks.get("gradient_noise", (np.nan, False))
-    if fails:
-        messages.append(
-            f"{sampler}: the minibatch gradient noise is {level:.3g} of the injected "
-            f"noise (B̂/C; above {GRADIENT_NOISE_LIMIT} the posterior sds come out too "
-            "wide). Use step_size='auto', raise the friction, lower the step size, use "
-            "larger minibatches or gradient='control_variates'."
-        )
-    change, fails = checks.get("thermostat", (np.nan, False))
-    if fails:
-        messages.append(
-            f"{sampler}: the thermostat drifted by {change:+.3g} (relative) between the "
-            "first and the second half of the draws: the chain had not reached "
-            "equilibrium. Tune longer (tune=) or use step_size='auto'."
-        )
-    return messages
+from pymc_sgmcmc.sampling.chain_checks import (
+    CHAIN_CHECKS,
+    chain_check_messages,
+    chain_checks,
+)
 
 
 def kernel_stein_discrepancy(
@@ -273,8 +157,8 @@ def _stein_per_chain(idata, model, max_draws: int, scale) -> list[float]:
     """The Stein discrepancy of each chain's draws (unconstrained, scaled)."""
     from pymc.model import modelcontext
 
-    from pymc_sgmcmc.pymc.mode import ModeFinder
-    from pymc_sgmcmc.pymc.model_graph import flat_logp
+    from pymc_sgmcmc.sampling.mode import ModeFinder
+    from pymc_sgmcmc.sampling.model_graph import flat_logp
 
     model = modelcontext(model)
     posterior = idata["posterior"]

@@ -572,3 +572,26 @@ def test_stiffness_is_the_step_times_the_root_of_the_largest_frequency(precision
     assert stiffness(0.1, np.diag(inverse_mass), precision) == pytest.approx(
         stiffness(0.1, np.diag(np.diag(inverse_mass)), precision)
     )
+
+
+def test_precondition_starts_from_the_laplace_precision_in_the_structure_it_implies():
+    from pymc_sgmcmc.adaptation.em import MassEM
+
+    covariance = np.array([[2.0, 1.2], [1.2, 1.0]])
+    auto = MassEM()
+    auto.precondition(covariance)
+    assert auto.structure == "dense"
+    np.testing.assert_allclose(auto.initial_mass, np.linalg.inv(covariance))
+    chosen = MassEM(mass_structure="diag")
+    chosen.precondition(covariance)
+    assert chosen.structure == "diag"
+    np.testing.assert_allclose(chosen.initial_mass, [0.5, 1.0])
+    diagonal = MassEM()
+    diagonal.precondition(np.array([4.0, 0.25]))
+    assert diagonal.structure == "diag"
+    np.testing.assert_allclose(diagonal.initial_mass, [0.25, 4.0])
+    given = MassEM(initial_mass=[1.0, 1.0])
+    given.precondition(covariance)
+    assert given.structure == "dense"
+    np.testing.assert_array_equal(given.initial_mass, [1.0, 1.0])
+    assert MassEM(initial_mass=np.eye(2)).structure == "dense"

@@ -21,7 +21,7 @@ import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.full_data import FullDataPass
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient
-from pymc_sgmcmc.pymc.model_graph import flat_logp, row_logp
+from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
 
 N_LOGISTIC, D_LOGISTIC, BATCH = 20_000, 5, 100
 

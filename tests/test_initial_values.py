@@ -19,7 +19,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.pymc import SAMPLERS
+from pymc_sgmcmc.sampling import SAMPLERS
 
 ROWS = np.concatenate(
     [

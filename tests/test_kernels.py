@@ -10,10 +10,11 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from pymc_sgmcmc.kernels import KERNELS, hmc, sghmc, sgld, sgnht
+from pymc_sgmcmc.kernels import hmc, sghmc, sgld, sgnht
 from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
 from pymc_sgmcmc.manifolds.sphere import SphereLayout
 from pymc_sgmcmc.metrics import euclidean_metric
+from pymc_sgmcmc.sampling import SAMPLERS
 
 PRECISION = np.array([[3.0, 1.0], [1.0, 2.0]])
 
@@ -74,6 +75,9 @@ SYMBOLIC_ONLY = {"rhmc", "sgrnphmc"}
 """Kernels whose step differentiates a position-dependent metric with PyTensor; their
 compiled step is checked against a NumPy generalized leapfrog in
 test_samplers_riemannian.py."""
+
+
+KERNELS = {cls.kernel.name: cls.kernel for cls in SAMPLERS}
 
 
 @pytest.mark.parametrize("name", sorted(set(KERNELS) - SYMBOLIC_ONLY))

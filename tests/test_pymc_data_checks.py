@@ -7,7 +7,7 @@ import pymc as pm
 import pytest
 
 import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.pymc.data_checks import non_finite_rows
+from pymc_sgmcmc.sampling.data_checks import non_finite_rows
 
 N = 100
 

@@ -12,7 +12,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.type import RandomGeneratorType
 
 import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.pymc.model_graph import find_minibatch_groups, flat_logp
+from pymc_sgmcmc.sampling.model_graph import find_minibatch_groups, flat_logp
 
 N_ROWS = 40
 # PyMC evaluates some normalising constants in lower precision than SciPy (a few 1e-8

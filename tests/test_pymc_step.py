@@ -1,4 +1,4 @@
-"""Behaviour of the generic step method (``pymc_sgmcmc.pymc.step``) through ``pm.sample``.
+"""Behaviour of the generic step method (``pymc_sgmcmc.sampling.step``) through ``pm.sample``.
 
 Compiling a trajectory is the expensive part (once per step-method instance), so the
 step methods live in module-scoped fixtures and the models are tiny. What every sampler
@@ -305,7 +305,7 @@ def test_sample_stats_are_the_documented_ones(name, request, minibatch_model):
         assert np.all(stat(idata, "kinetic_temperature") > 0)
     if "thermostat" in stats:
         assert np.all(np.isfinite(stat(idata, "thermostat")))
-        assert not np.all(stat(idata, "thermostat") == step.diffusion)  # it evolves
+        assert not np.all(stat(idata, "thermostat") == step.parameters["diffusion"])  # it evolves
 
 
 def test_arviz_diagnostics_work_on_the_result(two_chains):
@@ -373,7 +373,7 @@ def test_momentum_and_injected_noise_are_drawn_with_the_mass_as_covariance(gauss
     # new momentum is √(2Cε) ξ with ξ the noise, which must be N(0, M).
     flat = Target(logp=lambda x: 0.0, grad=lambda x: np.zeros_like(x))
     start = sghmc_kernel.SGHMCState(origin, origin)
-    scale = np.sqrt(2 * step.friction * 0.1)
+    scale = np.sqrt(2 * step.parameters["friction"] * 0.1)
     noise = np.array(
         [
             sghmc_kernel.step(start, flat, z, params._replace(step_size=0.1)).momentum / scale
@@ -774,21 +774,3 @@ def test_an_interrupted_run_hands_back_the_draws_so_far(gaussian_model):
     assert np.all(np.isfinite(theta)) and len(np.unique(theta[0, :, 0])) == 20
     assert stat(idata, "diverging").shape == (1, 20)
     assert az.summary(idata).shape[0] == 2
-
-
-# -- old import paths -----------------------------------------------------------------
-
-
-def test_old_import_paths_still_work_with_a_deprecation_warning():
-    import pymc_sgmcmc.dynamics
-    import pymc_sgmcmc.step_methods
-    from pymc_sgmcmc.metrics import EuclideanMetric, euclidean_metric
-
-    with pytest.warns(DeprecationWarning, match="use pymc_sgmcmc.SGHMC"):
-        assert pymc_sgmcmc.step_methods.SGHMC is pmsg.SGHMC
-    with pytest.warns(DeprecationWarning, match="pymc_sgmcmc.metrics.euclidean_metric"):
-        assert pymc_sgmcmc.dynamics.make_mass is euclidean_metric
-    with pytest.warns(DeprecationWarning, match="pymc_sgmcmc.metrics.EuclideanMetric"):
-        assert pymc_sgmcmc.dynamics.Mass is EuclideanMetric
-    with pytest.raises(AttributeError, match="a sampler is now a kernel"):
-        pymc_sgmcmc.step_methods.HamiltonianStep  # noqa: B018

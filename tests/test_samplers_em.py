@@ -606,10 +606,7 @@ def describe(kwargs):
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"mass": "full"}, ValueError, "mass must be one of"),
-        ({"mass": None}, ValueError, "mass must be one of"),
         ({"mass_structure": "full"}, ValueError, "mass_structure must be one of"),
-        ({"mass_structure": None}, ValueError, "mass_structure must be one of"),
         ({"mass": np.eye(3)}, TypeError, "pass the starting mass as initial_mass="),
         ({"mass_estimator": "x"}, ValueError, "mass_estimator must be one of"),
         ({"sample_size": 1}, ValueError, "sample_size must be at least 2"),
@@ -644,11 +641,9 @@ def test_valid_boundary_values_are_accepted(em_class, small_model):
 
 
 @pytest.mark.parametrize("em_class", list(EM_CLASSES))
-def test_the_deprecated_mass_spelling_still_sets_the_structure(em_class, small_model):
-    with small_model, pytest.warns(DeprecationWarning, match="mass_structure="):
-        step = getattr(pmsg, em_class)(**EM_CLASSES[em_class], mass="dense")
-    assert step.mass_adapter.structure == "dense"
-    np.testing.assert_array_equal(step.mass.inverse, np.eye(3))
+def test_a_mass_is_refused_with_the_arguments_that_set_it(em_class, small_model):
+    with small_model, pytest.raises(TypeError, match="initial_mass= and its structure as"):
+        getattr(pmsg, em_class)(**EM_CLASSES[em_class], mass="dense")
 
 
 # -- the gradient of the E-step test function ------------------------------------------------

@@ -40,7 +40,7 @@ from pymc_sgmcmc.dynamics.common import kinetic_energy
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient
 from pymc_sgmcmc.kernels import sghmc, sgld, sgnht
 from pymc_sgmcmc.kernels.base import Target
-from pymc_sgmcmc.pymc import trajectory
+from pymc_sgmcmc.sampling import trajectory
 
 pytestmark = pytest.mark.statistical
 

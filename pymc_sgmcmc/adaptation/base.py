@@ -4,6 +4,8 @@ An adapter owns some of a sampler's parameters (the step size, the mass) and lea
 from the chain, as PyMC's step-size and mass adapters and NumPyro's ``(init_fn,
 update_fn)`` pairs do:
 
+- ``precondition(covariance)``: start from the Laplace covariance at the mode, when the
+  sampler found one before sampling (``step_size="auto"``);
 - ``init_chain(chain)``: reset for a new chain (``pm.sample`` calls ``setup_chain`` once
   per chain);
 - ``update(result, chain)``: learn from the iteration just finished; return the names of
@@ -93,6 +95,9 @@ class Adapter(WithSamplingState):
     needs_gradient: ClassVar[bool] = False
     """Whether :meth:`update` uses ``IterationResult.gradient`` (the kernel must then
     evaluate the gradient at the position it returns)."""
+
+    def precondition(self, covariance: np.ndarray) -> None:
+        """Start from the Laplace covariance at the mode (diagonal or dense)."""
 
     def init_chain(self, chain: ChainContext) -> None:
         """Reset for a new chain."""

@@ -38,8 +38,8 @@ from pymc_sgmcmc.adaptation.sample_size import (
     sgnht_test_function,
     subsample_offsets,
 )
+from pymc_sgmcmc.core.validation import check_choice, check_count, check_in_range
 from pymc_sgmcmc.metrics.euclidean import EuclideanMetric, euclidean_metric, metric_from_inverse
-from pymc_sgmcmc.validation import check_choice, check_count, check_in_range
 
 OFFSET_SCHEMES = ("poisson", "fixed")
 
@@ -67,9 +67,10 @@ class MassEM(Adapter):
 
     Parameters
     ----------
-    mass_structure : {"diag", "dense"}, default "diag"
-        Structure of the learned mass. (``mass="diag"`` is the samplers' deprecated
-        spelling.)
+    mass_structure : {"diag", "dense"}, optional
+        Structure of the learned mass. By default "diag", or "dense" when
+        ``initial_mass`` is a matrix or the sampler starts from a dense Laplace
+        covariance (:meth:`precondition`).
     mass_estimator : {"position", "momentum"}, default "position"
         ``M_I^est`` of the M step: the covariance of the stored positions, or (the
         paper's) the inverse covariance of the stored momenta. See ``docs/em.md`` for
@@ -115,7 +116,7 @@ class MassEM(Adapter):
 
     def __init__(
         self,
-        mass_structure: str = "diag",
+        mass_structure: str | None = None,
         mass_estimator: str = "position",
         initial_mass: Any = None,
         sample_size: int = 100,
@@ -128,6 +129,10 @@ class MassEM(Adapter):
         kappa_exponent: float = 0.7,
         adapt_during_sampling: bool = False,
     ) -> None:
+        self.structure_chosen = mass_structure is not None
+        if mass_structure is None:
+            # A matrix given as the starting mass says which structure is wanted.
+            mass_structure = "dense" if np.ndim(initial_mass) == 2 else "diag"
         self.structure = check_choice(
             "mass_structure",
             mass_structure,
@@ -154,6 +159,26 @@ class MassEM(Adapter):
         self.offset_nu, self.offset_d, self.n_subsamples = offset_nu, offset_d, n_subsamples
         self.adapt_during_sampling = bool(adapt_during_sampling)
         self.initial_mass = _initial_mass_in_structure(initial_mass, self.structure)
+
+    def precondition(self, covariance: np.ndarray) -> None:
+        """Start the EM from the Laplace covariance at the mode (``step_size="auto"``).
+
+        Its inverse is the first E step's mass, unless ``initial_mass`` was given; a dense
+        covariance makes the learned mass dense unless ``mass_structure`` was given (a
+        diagonal mass from a strongly correlated Laplace fit made the EM samplers diverge
+        at condition number 1e4, ``benchmarks/defaults.py``).
+        """
+        if covariance.ndim == 2 and not self.structure_chosen:
+            self.structure = "dense"
+        if self.initial_mass is not None:
+            return
+        if covariance.ndim == 2 and self.structure == "dense":
+            precision = np.linalg.inv(covariance)
+            self.initial_mass = 0.5 * (precision + precision.T)
+            return
+        variances = covariance if covariance.ndim == 1 else np.diag(covariance)
+        precision = 1.0 / variances
+        self.initial_mass = np.diag(precision) if self.structure == "dense" else precision
 
     # -- the chain's life cycle ------------------------------------------------------
 

@@ -12,7 +12,7 @@ from numbers import Real
 
 import numpy as np
 
-from pymc_sgmcmc.validation import check_positive
+from pymc_sgmcmc.core.validation import check_positive
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule, as_schedule
-from pymc_sgmcmc.validation import check_in_range
+from pymc_sgmcmc.core.validation import check_in_range
 
 
 @dataclass_state
@@ -161,7 +161,7 @@ class AdaptiveStepSize(StepSizeAdapter):
       units, capped so that the measured gradient noise brings at most
       ``noise_tolerance`` of the step's noise (:func:`noise_limited_step_size`); a
       divergence halves the step. The step method measures the noise
-      (:meth:`~pymc_sgmcmc.pymc.step.StochasticGradientStep.gradient_noise_variance`).
+      (:meth:`~pymc_sgmcmc.sampling.step.StochasticGradientStep.gradient_noise_variance`).
 
     Parameters
     ----------

@@ -45,7 +45,7 @@ from pytensor.gradient import disconnected_grad
 from pytensor.graph.basic import Variable
 from scipy import special
 
-from pymc_sgmcmc.dynamics.common import is_symbolic
+from pymc_sgmcmc.core.arrays import is_symbolic
 
 __all__ = ["log_sphere_area", "log_vmf_normaliser", "vmf_mean_resultant_length"]
 

@@ -1,47 +1,8 @@
-"""Pieces shared by every Hamiltonian update rule.
-
-Every function here is written with arithmetic operators only, so that it works on
-NumPy arrays (unit tests, reference implementations) and on PyTensor variables (the
-compiled trajectory) alike. Where a function other than an operator is needed,
-:func:`namespace` picks NumPy or PyTensor: the package's one dispatcher.
-"""
+"""Pieces shared by every Hamiltonian update rule: velocity and kinetic energy."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any, TypeAlias
-
-import numpy as np
-from pytensor.graph.basic import Variable
-
-Array: TypeAlias = Any
-"""A NumPy array or a PyTensor tensor variable."""
-
-GradLogp: TypeAlias = Callable[[Array], Array]
-"""Maps a position to the gradient of the log density there.
-
-In the compiled trajectory each call evaluates the model on that step's minibatch,
-already scaled to the full data by PyMC's ``total_size``.
-"""
-
-
-def is_symbolic(*arrays: Any) -> bool:
-    """Whether any argument is a PyTensor variable (then the result must be one too)."""
-    return any(isinstance(a, Variable) for a in arrays)
-
-
-def namespace(*arrays: Any) -> ModuleType:
-    """``pytensor.tensor`` when any argument is symbolic, ``numpy`` otherwise.
-
-    Both offer the functions used here under the same names (``sqrt``, ``exp``, ``cos``,
-    ``sin``, ``where``, ``concatenate``, ``linalg.cholesky``...).
-    """
-    if is_symbolic(*arrays):
-        import pytensor.tensor as pt
-
-        return pt
-    return np
+from pymc_sgmcmc.core.arrays import Array
 
 
 def velocity(inv_mass: Array, momentum: Array) -> Array:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array, GradLogp, namespace
+from pymc_sgmcmc.core.arrays import Array, GradLogp, namespace
 from pymc_sgmcmc.manifolds.sphere import (
     SphereLayout,
     geodesic_flow,

@@ -7,7 +7,8 @@ Huang, "sghmcmc: a Python package for stochastic gradient MCMC", Algorithm 1.
 
 from __future__ import annotations
 
-from pymc_sgmcmc.dynamics.common import Array, GradLogp, velocity
+from pymc_sgmcmc.core.arrays import Array, GradLogp
+from pymc_sgmcmc.dynamics.common import velocity
 
 
 def leapfrog_step(

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pymc_sgmcmc.dynamics.common import Array, kinetic_energy, namespace, velocity
+from pymc_sgmcmc.core.arrays import Array, namespace
+from pymc_sgmcmc.dynamics.common import kinetic_energy, velocity
 
 
 class NosePoincareState(NamedTuple):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array, is_symbolic, namespace
+from pymc_sgmcmc.core.arrays import Array, is_symbolic, namespace
 
 
 def _max_abs_change(new: tuple[Array, ...], old: tuple[Array, ...]) -> Array:

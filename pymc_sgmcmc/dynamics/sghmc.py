@@ -25,7 +25,8 @@ damping ratio in a direction of posterior sd ``σ`` grows like ``c σ √(M⁻¹
 
 from __future__ import annotations
 
-from pymc_sgmcmc.dynamics.common import Array, GradLogp, velocity
+from pymc_sgmcmc.core.arrays import Array, GradLogp
+from pymc_sgmcmc.dynamics.common import velocity
 
 
 def sghmc_step(

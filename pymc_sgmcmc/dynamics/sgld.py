@@ -8,7 +8,7 @@ is half the ``ε`` of Welling and Teh's ``θ + ε/2 ∇ + N(0, ε)``).
 
 from __future__ import annotations
 
-from pymc_sgmcmc.dynamics.common import Array, GradLogp
+from pymc_sgmcmc.core.arrays import Array, GradLogp
 
 
 def sgld_step(

@@ -22,7 +22,8 @@ identical).
 
 from __future__ import annotations
 
-from pymc_sgmcmc.dynamics.common import Array, GradLogp, kinetic_temperature, velocity
+from pymc_sgmcmc.core.arrays import Array, GradLogp
+from pymc_sgmcmc.dynamics.common import kinetic_temperature, velocity
 
 
 def sgnht_step(

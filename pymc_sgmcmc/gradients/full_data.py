@@ -1,6 +1,6 @@
 """The log density and its gradient on any rows: streamed full-data passes and subsamples.
 
-Both are compiled from :class:`~pymc_sgmcmc.pymc.model_graph.RowLogp`, the model's log
+Both are compiled from :class:`~pymc_sgmcmc.gradients.graphs.RowLogp`, the model's log
 density with the minibatched arrays as placeholders:
 
 - :class:`FullDataPass` feeds contiguous row chunks, as *slices* of the data (views, never
@@ -25,8 +25,8 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 
-from pymc_sgmcmc.compilation import compile_graph
-from pymc_sgmcmc.pymc.model_graph import MinibatchGroup, RowLogp, _as_shared_data
+from pymc_sgmcmc.core.compilation import compile_graph
+from pymc_sgmcmc.gradients.graphs import MinibatchGroup, RowLogp, as_shared_data
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 """Bytes of data one chunk of a full-data pass reads (all arrays of a group together)."""
@@ -35,7 +35,7 @@ DEFAULT_CHUNK_BYTES = 64 * 2**20
 def _shared_arrays(groups: list[MinibatchGroup]) -> list[list[Variable]]:
     # The arrays as borrowed shared variables: neither baked into the compiled code as
     # constants nor copied.
-    return [[_as_shared_data(a) for a in group.data] for group in groups]
+    return [[as_shared_data(a) for a in group.data] for group in groups]
 
 
 class FullDataPass:

@@ -8,15 +8,15 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace
 
+from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.kernels.base import Target
-from pymc_sgmcmc.pymc.model_graph import FlatLogp
 
 
 class MinibatchGradient:
     """``∇log p̃_b(θ)``: the model's log density on minibatch ``b``, as PyMC scales it.
 
     The log density comes from ``model.logp()`` with every ``pm.Minibatch`` replaced by a
-    placeholder (:class:`~pymc_sgmcmc.pymc.model_graph.FlatLogp`); :meth:`target` puts a
+    placeholder (:class:`~pymc_sgmcmc.gradients.graphs.FlatLogp`); :meth:`target` puts a
     given set of rows in the placeholders' place.
 
     Parameters

@@ -2,7 +2,7 @@
 
 A kernel says what a sampler's state is, how a chain starts, what happens at the start
 of a trajectory, what one integrator step does, and (optionally) the energy whose change
-a Metropolis–Hastings test judges. The PyMC glue (:mod:`pymc_sgmcmc.pymc`) runs
+a Metropolis–Hastings test judges. The PyMC glue (:mod:`pymc_sgmcmc.sampling`) runs
 ``n_steps`` of :attr:`Kernel.step` inside one compiled call; it never needs to know which
 sampler it runs.
 
@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pytensor.graph.basic import Variable
 
-from pymc_sgmcmc.dynamics.common import Array
+from pymc_sgmcmc.core.arrays import Array
 
 
 class Target(NamedTuple):

@@ -16,11 +16,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pymc_sgmcmc.core.arrays import Array
+from pymc_sgmcmc.core.validation import friction_and_noise
 from pymc_sgmcmc.dynamics import geodesic as rules
-from pymc_sgmcmc.dynamics.common import Array
 from pymc_sgmcmc.kernels.base import Kernel, Target
 from pymc_sgmcmc.manifolds.sphere import SphereLayout
-from pymc_sgmcmc.validation import friction_and_noise
 
 
 class SGGMCState(NamedTuple):

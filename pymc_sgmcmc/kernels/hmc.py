@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array
+from pymc_sgmcmc.core.arrays import Array
 from pymc_sgmcmc.dynamics.hmc import leapfrog_step
 from pymc_sgmcmc.kernels.base import Kernel, Target
 from pymc_sgmcmc.metrics.euclidean import EuclideanMetric

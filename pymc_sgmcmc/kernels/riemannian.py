@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array
+from pymc_sgmcmc.core.arrays import Array
+from pymc_sgmcmc.core.validation import check_count, check_positive
 from pymc_sgmcmc.dynamics.riemannian import (
     FixedPoint,
     NosePoincareDerivatives,
@@ -46,7 +47,6 @@ from pymc_sgmcmc.metrics.riemannian import (
     metric_sqrt_times,
     softabs_diagonal_hessian,
 )
-from pymc_sgmcmc.validation import check_count, check_positive
 
 
 def as_metric(metric: Any) -> PositionDependentMetric:

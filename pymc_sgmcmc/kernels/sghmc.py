@@ -11,11 +11,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array
+from pymc_sgmcmc.core.arrays import Array
+from pymc_sgmcmc.core.validation import friction_and_noise
 from pymc_sgmcmc.dynamics.sghmc import sghmc_step
 from pymc_sgmcmc.kernels.base import Kernel, Target
 from pymc_sgmcmc.metrics.euclidean import EuclideanMetric
-from pymc_sgmcmc.validation import friction_and_noise
 
 
 class SGHMCState(NamedTuple):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pymc_sgmcmc.dynamics.common import Array
+from pymc_sgmcmc.core.arrays import Array
 from pymc_sgmcmc.dynamics.sgld import sgld_step
 from pymc_sgmcmc.kernels.base import Kernel, Target
 from pymc_sgmcmc.metrics.euclidean import EuclideanMetric

@@ -12,11 +12,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array
+from pymc_sgmcmc.core.arrays import Array
+from pymc_sgmcmc.core.validation import check_positive
 from pymc_sgmcmc.dynamics.sgnht import sgnht_step
 from pymc_sgmcmc.kernels.base import Kernel, Target
 from pymc_sgmcmc.metrics.euclidean import EuclideanMetric
-from pymc_sgmcmc.validation import check_positive
 
 
 class SGNHTState(NamedTuple):

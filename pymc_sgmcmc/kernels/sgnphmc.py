@@ -12,7 +12,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array, kinetic_temperature, namespace
+from pymc_sgmcmc.core.arrays import Array, namespace
+from pymc_sgmcmc.core.validation import check_positive
+from pymc_sgmcmc.dynamics.common import kinetic_temperature
 from pymc_sgmcmc.dynamics.nose_poincare import (
     NosePoincareState,
     level_set_energy,
@@ -22,7 +24,6 @@ from pymc_sgmcmc.dynamics.nose_poincare import (
 )
 from pymc_sgmcmc.kernels.base import Kernel, Target
 from pymc_sgmcmc.metrics.euclidean import EuclideanMetric
-from pymc_sgmcmc.validation import check_positive
 
 
 class SGNPHMCState(NamedTuple):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_sgmcmc.dynamics.common import Array, namespace
+from pymc_sgmcmc.core.arrays import Array, namespace
 
 
 def project_tangent(x: Array, g: Array) -> Array:

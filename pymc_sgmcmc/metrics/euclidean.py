@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.linalg
 
-from pymc_sgmcmc.dynamics.common import Array, kinetic_energy, kinetic_temperature, velocity
+from pymc_sgmcmc.core.arrays import Array
+from pymc_sgmcmc.dynamics.common import kinetic_energy, kinetic_temperature, velocity
 
 
 class EuclideanMetric(NamedTuple):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pymc_sgmcmc.dynamics.common import Array, namespace
+from pymc_sgmcmc.core.arrays import Array, namespace
 
 MetricFunction = Callable[[Array, Any], Array]
 """``(position, target) -> G(θ)``: a positive vector (diagonal) or a SPD matrix."""

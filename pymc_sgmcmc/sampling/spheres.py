@@ -7,7 +7,7 @@ from pymc.distributions.mixture import MixtureRV
 
 from pymc_sgmcmc.distributions.sphere import SphereUniformRV, VonMisesFisherRV
 from pymc_sgmcmc.manifolds.sphere import SphereLayout
-from pymc_sgmcmc.pymc.model_graph import is_sphere_valued
+from pymc_sgmcmc.sampling.model_graph import is_sphere_valued
 
 
 def _mixes_sphere_distributions(rv) -> bool:

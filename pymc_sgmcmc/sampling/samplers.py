@@ -1,22 +1,19 @@
 """The public samplers: a signature, a docstring, a kernel and adapters each.
 
 Everything they share (compilation, randomness, restarts, statistics, the Metropolis test,
-adaptation) is :class:`~pymc_sgmcmc.pymc.step.StochasticGradientStep`; their mathematics
+adaptation) is :class:`~pymc_sgmcmc.sampling.step.StochasticGradientStep`; their mathematics
 is in :mod:`pymc_sgmcmc.kernels`.
 """
 
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any
 
 from pymc_sgmcmc.adaptation.em import MassEM
-from pymc_sgmcmc.adaptation.mass_em import MASS_STRUCTURES
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.kernels import geodesic, hmc, riemannian, sghmc, sgld, sgnht, sgnphmc
-from pymc_sgmcmc.pymc.step import StochasticGradientStep
-from pymc_sgmcmc.validation import check_choice
+from pymc_sgmcmc.sampling.step import StochasticGradientStep
 
 COMMON_PARAMETERS_DOC = """
     Other Parameters
@@ -108,9 +105,17 @@ EM_OPTIONS = (
     "adapt_during_sampling",
 )
 
-_NOT_GIVEN = object()
+
+_REGISTRY: list[type[StochasticGradientStep]] = []
 
 
+def register(cls: type[StochasticGradientStep]) -> type[StochasticGradientStep]:
+    """Add a public sampler to :data:`SAMPLERS` (the one list of samplers)."""
+    _REGISTRY.append(cls)
+    return cls
+
+
+@register
 class SGLD(StochasticGradientStep):
     """Stochastic gradient Langevin dynamics.
 
@@ -141,6 +146,7 @@ class SGLD(StochasticGradientStep):
         )
 
 
+@register
 class SGHMC(StochasticGradientStep):
     """Stochastic gradient Hamiltonian Monte Carlo with friction.
 
@@ -211,6 +217,7 @@ class SGHMC(StochasticGradientStep):
         )
 
 
+@register
 class SGNHT(StochasticGradientStep):
     """Stochastic gradient Nosé–Hoover thermostat.
 
@@ -264,6 +271,7 @@ class SGNHT(StochasticGradientStep):
         )
 
 
+@register
 class SGNPHMC(StochasticGradientStep):
     """Stochastic gradient Nosé–Poincaré HMC (SG-NPHMC).
 
@@ -338,6 +346,7 @@ class SGNPHMC(StochasticGradientStep):
         )
 
 
+@register
 class HMC(StochasticGradientStep):
     """Hamiltonian Monte Carlo with a fixed mass.
 
@@ -394,43 +403,18 @@ class HMC(StochasticGradientStep):
 
 
 def mass_em_from_kwargs(kwargs: dict[str, Any], sampler: str) -> tuple[MassEM, dict[str, Any]]:
-    """Split an EM sampler's keyword arguments into its :class:`MassEM` and the rest.
-
-    ``mass`` was the name of the learned structure before ``mass_structure``; a string
-    there still works, with a ``DeprecationWarning``.
-    """
+    """Split an EM sampler's keyword arguments into its :class:`MassEM` and the rest."""
     kwargs = dict(kwargs)
-    structure_given = "mass_structure" in kwargs or "mass" in kwargs
-    structure = kwargs.pop("mass_structure", "diag")
-    argument = "mass_structure"
-    mass = kwargs.pop("mass", _NOT_GIVEN)
-    if mass is not _NOT_GIVEN:
-        if mass is not None and not isinstance(mass, str):
-            raise TypeError(
-                f"{sampler} learns its mass: pass the starting mass as initial_mass= and its "
-                "structure as mass_structure='diag' or 'dense'."
-            )
-        warnings.warn(
-            f"{sampler}(mass=...) is deprecated: the learned structure is now "
-            "mass_structure=, and mass= keeps its meaning of a mass matrix elsewhere.",
-            DeprecationWarning,
-            stacklevel=3,
+    if "mass" in kwargs:
+        raise TypeError(
+            f"{sampler} learns its mass: pass the starting mass as initial_mass= and its "
+            "structure as mass_structure='diag' or 'dense'."
         )
-        structure, argument = mass, "mass"
-    check_choice(
-        argument,
-        structure,
-        MASS_STRUCTURES,
-        "(the structure the EM sampler learns; a starting mass goes in initial_mass=).",
-    )
     options = {key: kwargs.pop(key) for key in EM_OPTIONS if key in kwargs}
-    adapter = MassEM(mass_structure=structure, **options)
-    # With step_size="auto", a dense Laplace covariance makes the learned mass dense
-    # unless the user chose (see StochasticGradientStep._precondition).
-    adapter.structure_given = structure_given
-    return adapter, kwargs
+    return MassEM(mass_structure=kwargs.pop("mass_structure", None), **options), kwargs
 
 
+@register
 class HMCEM(HMC):
     """HMC-EM: HMC whose mass is learned by Monte Carlo EM (Algorithm 1).
 
@@ -450,6 +434,7 @@ class HMCEM(HMC):
         super().__init__(vars, mass_adapter=adapter, **kwargs)
 
 
+@register
 class SGHMCEM(SGHMC):
     """SGHMC-EM: SGHMC whose mass is learned by Monte Carlo EM.
 
@@ -467,6 +452,7 @@ class SGHMCEM(SGHMC):
         super().__init__(vars, mass_adapter=adapter, **kwargs)
 
 
+@register
 class SGNHTEM(SGNHT):
     """SGNHT-EM: SGNHT whose mass is learned by Monte Carlo EM (Algorithm 2).
 
@@ -483,6 +469,7 @@ class SGNHTEM(SGNHT):
         super().__init__(vars, mass_adapter=adapter, **kwargs)
 
 
+@register
 class SGNPHMCEM(SGNPHMC):
     """SG-NPHMC-EM: SG-NPHMC whose mass is learned by Monte Carlo EM.
 
@@ -507,6 +494,7 @@ class SGNPHMCEM(SGNPHMC):
         super().__init__(vars, mass_adapter=adapter, **kwargs)
 
 
+@register
 class SGGMC(StochasticGradientStep):
     """Stochastic gradient geodesic Monte Carlo.
 
@@ -554,6 +542,7 @@ class SGGMC(StochasticGradientStep):
         )
 
 
+@register
 class GSGNHT(StochasticGradientStep):
     """Geodesic stochastic gradient Nosé–Hoover thermostat.
 
@@ -628,7 +617,7 @@ def _check_metric(step: StochasticGradientStep, metric: Any) -> float:
     import pytensor
 
     from pymc_sgmcmc.gradients.minibatch import exact_target
-    from pymc_sgmcmc.pymc.model_graph import full_data_logp
+    from pymc_sgmcmc.sampling.model_graph import full_data_logp
 
     name, dim = type(step).__name__, step.dim
     flat = step._flat
@@ -663,6 +652,7 @@ def _check_metric(step: StochasticGradientStep, metric: Any) -> float:
     return float(np.linalg.slogdet(value)[1])
 
 
+@register
 class RHMC(StochasticGradientStep):
     """Riemannian manifold Hamiltonian Monte Carlo.
 
@@ -735,6 +725,7 @@ class RHMC(StochasticGradientStep):
         _check_metric(self, metric)
 
 
+@register
 class SGRNPHMC(StochasticGradientStep):
     """Stochastic gradient Riemannian Nosé–Poincaré HMC (SGR-NPHMC).
 
@@ -821,19 +812,8 @@ class SGRNPHMC(StochasticGradientStep):
             )
 
 
-SAMPLERS: tuple[type[StochasticGradientStep], ...] = (
-    SGLD,
-    SGHMC,
-    SGNHT,
-    HMC,
-    HMCEM,
-    SGHMCEM,
-    SGNHTEM,
-    SGNPHMC,
-    SGNPHMCEM,
-    SGGMC,
-    GSGNHT,
-    RHMC,
-    SGRNPHMC,
-)
-"""Every public sampler: the conformance tests run on each."""
+SAMPLERS: tuple[type[StochasticGradientStep], ...] = tuple(_REGISTRY)
+"""Every public sampler, in the order of definition: the package exports each and the
+conformance tests run on each."""
+
+__all__ = [cls.__name__ for cls in SAMPLERS]

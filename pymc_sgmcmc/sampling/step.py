@@ -2,7 +2,7 @@
 
 :class:`StochasticGradientStep` runs a kernel (:mod:`pymc_sgmcmc.kernels`) inside
 ``pm.sample``: it turns the model into a flat log density with its minibatches cut out,
-compiles ``n_steps`` kernel steps into one function (:mod:`pymc_sgmcmc.pymc.trajectory`)
+compiles ``n_steps`` kernel steps into one function (:mod:`pymc_sgmcmc.sampling.trajectory`)
 once per step method, draws all per-iteration randomness (normal noise, minibatch rows)
 from the chain's generator, runs a Metropolis–Hastings test where the kernel has an
 energy, restarts from the last finite state when a trajectory blows up, reports
@@ -44,9 +44,10 @@ from pymc_sgmcmc.adaptation.step_size import (
     noise_limited_step_size,
 )
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
-from pymc_sgmcmc.diagnostics import chain_check_messages
+from pymc_sgmcmc.core.validation import check_choice
 from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
 from pymc_sgmcmc.gradients.full_data import Anchor
+from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
 from pymc_sgmcmc.metrics.euclidean import (
     EuclideanMetric,
@@ -54,11 +55,12 @@ from pymc_sgmcmc.metrics.euclidean import (
     metric_from_inverse,
 )
 from pymc_sgmcmc.metrics.riemannian import PositionDependentMetric
-from pymc_sgmcmc.pymc.data_checks import check_minibatched_data, data_value
-from pymc_sgmcmc.pymc.mode import ModeFinder, ModeResult, search_mode
-from pymc_sgmcmc.pymc.model_graph import FlatLogp, flat_logp, full_data_logp, is_sphere_valued
-from pymc_sgmcmc.pymc.spheres import sphere_layout
-from pymc_sgmcmc.pymc.trajectory import (
+from pymc_sgmcmc.sampling.chain_checks import chain_check_messages
+from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
+from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
+from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp, is_sphere_valued
+from pymc_sgmcmc.sampling.spheres import sphere_layout
+from pymc_sgmcmc.sampling.trajectory import (
     ANCHORED_GRADIENTS,
     GRADIENTS,
     ROWS,
@@ -66,7 +68,6 @@ from pymc_sgmcmc.pymc.trajectory import (
     build_trajectory,
     compile_trajectory,
 )
-from pymc_sgmcmc.validation import check_choice
 
 MINIBATCH_MODES = tuple(ROWS)
 
@@ -535,22 +536,7 @@ class StochasticGradientStep(ArrayStepShared):
             return
         covariance = self.mode.covariance
         if self.mass_adapter is not None:
-            from pymc_sgmcmc.adaptation.em import _initial_mass_in_structure
-
-            if covariance.ndim == 2 and not getattr(self.mass_adapter, "structure_given", True):
-                # A diagonal mass from a strongly correlated Laplace fit made the EM
-                # samplers diverge at condition number 1e4 (benchmarks/defaults.py).
-                self.mass_adapter.structure = "dense"
-            if self.mass_adapter.initial_mass is None:
-                precision = 1.0 / covariance if covariance.ndim == 1 else 1.0 / np.diag(covariance)
-                if self.mass_adapter.structure == "dense" and covariance.ndim == 2:
-                    precision = np.linalg.inv(covariance)
-                    precision = 0.5 * (precision + precision.T)
-                elif self.mass_adapter.structure == "dense":
-                    precision = np.diag(precision)
-                self.mass_adapter.initial_mass = _initial_mass_in_structure(
-                    precision, self.mass_adapter.structure
-                )
+            self.mass_adapter.precondition(covariance)
             return
         if "metric" in self.kernel.params_type._fields and not self._mass_given:
             if self.adapt_mass:
@@ -612,14 +598,6 @@ class StochasticGradientStep(ArrayStepShared):
     def parameters(self) -> dict[str, Any]:
         """The kernel's parameters besides the step size, by name."""
         return {k: v for k, v in self.params._asdict().items() if k != "step_size"}
-
-    def __getattr__(self, name: str) -> Any:
-        # The kernel's scalar parameters read as attributes, as before the kernels
-        # existed: step.friction, step.diffusion, step.noise_estimate.
-        fixed = self.__dict__.get("_fixed_params", {})
-        if name in fixed:
-            return float(fixed[name]) if np.ndim(fixed[name]) == 0 else fixed[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- compilation -----------------------------------------------------------------
 

@@ -22,11 +22,11 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 
-from pymc_sgmcmc.compilation import compile_graph
+from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
+from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
 from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
-from pymc_sgmcmc.pymc.model_graph import FlatLogp
 
 # -- how the rows reach the steps --------------------------------------------------------
 
@@ -127,7 +127,7 @@ class CompiledTrajectory:
     """One compiled trajectory with named inputs and outputs.
 
     Call it with the inputs in :attr:`input_names` order (as
-    :meth:`~pymc_sgmcmc.pymc.step.StochasticGradientStep.trajectory_inputs` returns them);
+    :meth:`~pymc_sgmcmc.sampling.step.StochasticGradientStep.trajectory_inputs` returns them);
     it returns the outputs in :attr:`output_names` order. :meth:`named` does the same with
     dictionaries.
 
@@ -320,7 +320,7 @@ def compile_trajectory(
     rows: Rows,
     compile_kwargs: dict | None = None,
 ) -> CompiledTrajectory:
-    """Compile the trajectory (:func:`~pymc_sgmcmc.compilation.compile_graph`).
+    """Compile the trajectory (:func:`~pymc_sgmcmc.core.compilation.compile_graph`).
 
     A step out of the support is then an ordinary rejected or divergent trajectory, as in
     PyMC's own samplers. Call it inside the model's context.

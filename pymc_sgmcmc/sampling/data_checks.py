@@ -19,7 +19,7 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.sharedvar import TensorSharedVariable
 
-from pymc_sgmcmc.pymc.model_graph import MinibatchGroup
+from pymc_sgmcmc.gradients.graphs import MinibatchGroup
 
 ROWS_PER_CHUNK = 65_536
 """Rows checked at a time: the check of a large array allocates one chunk's mask."""

@@ -26,16 +26,17 @@ from pymc.model import modelcontext
 from pymc.util import get_value_vars_from_user_vars
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pymc_sgmcmc.core.validation import check_choice
 from pymc_sgmcmc.gradients.full_data import FullDataPass, SubsampleGradient
-from pymc_sgmcmc.optimize import (
+from pymc_sgmcmc.gradients.graphs import FlatLogp
+from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
+from pymc_sgmcmc.sampling.optimize import (
     adam_ascent_step,
     adam_init,
     hessian_by_differences,
     hessian_diagonal_by_probes,
     laplace_covariance,
 )
-from pymc_sgmcmc.pymc.model_graph import FlatLogp, flat_logp, row_logp
-from pymc_sgmcmc.validation import check_choice
 
 DENSE_CURVATURE_MAX_DIM = 200
 """Up to this dimension the curvature is a dense Hessian (2 D subsample gradients)."""

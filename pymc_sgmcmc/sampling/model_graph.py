@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 import pytensor
@@ -28,54 +27,21 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors, toposort
-from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.type_other import NoneConst
 
 from pymc_sgmcmc.distributions import SphereTransform
+from pymc_sgmcmc.gradients.graphs import (
+    FlatLogp,
+    MinibatchGroup,
+    RowLogp,
+    as_shared_data,
+)
 
 
 def is_sphere_valued(model, value_var: Variable) -> bool:
     """Whether ``value_var`` carries the sphere transform (its points live on spheres)."""
     rv = model.values_to_rvs[value_var]
     return isinstance(model.rvs_to_transforms.get(rv), SphereTransform)
-
-
-@dataclass
-class MinibatchGroup:
-    """The arrays that one ``pm.Minibatch(...)`` call slices with a common index.
-
-    Attributes
-    ----------
-    rng : Variable
-        The shared random generator ``pm.Minibatch`` created; it identifies the call.
-    nodes : list of Apply
-        The ``MinibatchOp`` nodes of that call found in the log-density graph.
-    data : list of Variable
-        The full arrays, in the call's order.
-    batch_size : int
-        Rows per minibatch.
-    batches : list of TensorVariable
-        Placeholders, one per array, that stand for the minibatch in the log density.
-    """
-
-    rng: Variable
-    nodes: list[Apply]
-    data: list[Variable]
-    batch_size: int
-    batches: list[pt.TensorVariable]
-
-    def gathered(self, indices: Variable) -> list[Variable]:
-        """``data[indices]`` for each array, with leading index dimensions kept."""
-        return [_as_shared_data(d)[indices] for d in self.data]
-
-    def n_rows(self) -> int:
-        """Number of rows of the full data (re-read, since ``pm.Data`` can change)."""
-        first = self.data[0]
-        if isinstance(first, Constant):
-            return int(first.data.shape[0])
-        if isinstance(first, TensorSharedVariable):
-            return int(first.get_value(borrow=True).shape[0])
-        return int(first.shape[0].eval())
 
 
 def _batch_size(node: Apply) -> int:
@@ -112,14 +78,6 @@ def find_minibatch_groups(logp: Variable) -> list[MinibatchGroup]:
     return list(groups.values())
 
 
-def _as_shared_data(var: Variable) -> Variable:
-    # A constant array would be baked into the compiled code as a global (Numba then
-    # refuses to cache it, and a large one is copied); a borrowed shared variable is not.
-    if isinstance(var, Constant) and var.data.ndim > 0:
-        return pytensor.shared(var.data, borrow=True, name=var.name)
-    return var
-
-
 def detach_minibatches(logp: Variable, groups: list[MinibatchGroup]) -> Variable:
     """Return ``logp`` with each minibatch replaced by its group's placeholder.
 
@@ -134,29 +92,6 @@ def detach_minibatches(logp: Variable, groups: list[MinibatchGroup]) -> Variable
             for batch, out in zip(group.batches, node.outputs[:-1], strict=True):
                 mapping[out] = batch
     return graph_replace(logp, mapping, strict=False)
-
-
-@dataclass
-class FlatLogp:
-    """The model log density as a function of one flat position vector.
-
-    Attributes
-    ----------
-    logp : TensorVariable
-        Scalar log density; each minibatch is an input, ``groups[k].batches``.
-    position : TensorVariable
-        Flat vector of the sampled value variables, in the order of ``vars``.
-    shared : dict
-        Value variables *not* sampled by this step, mapped to the shared variables that
-        hold their current values (set by ``ArrayStepShared`` before every step).
-    groups : list of MinibatchGroup
-        One per ``pm.Minibatch`` call.
-    """
-
-    logp: pt.TensorVariable
-    position: pt.TensorVariable
-    shared: dict[Variable, TensorSharedVariable]
-    groups: list[MinibatchGroup]
 
 
 def flat_logp(model, vars: list[Variable], initial_point: dict[str, np.ndarray]) -> FlatLogp:
@@ -189,43 +124,11 @@ def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -
         for term in terms:
             total = total + term
     data = {
-        placeholder: _as_shared_data(array)
+        placeholder: as_shared_data(array)
         for placeholders, group in zip(rows.placeholders, flat.groups, strict=True)
         for placeholder, array in zip(placeholders, group.data, strict=True)
     }
     return graph_replace(total, data, strict=False)
-
-
-@dataclass
-class RowLogp:
-    """The model's log density with each minibatch a placeholder of any number of rows.
-
-    ``logp(x) = prior(x) + Σ_g Σ_t term_{g,t}(x; rows of group g)``: the terms that read
-    the rows of a ``pm.Minibatch`` call, each scaled as PyMC scales it (``total_size /
-    rows fed``), and everything else (priors, Jacobians, observations without
-    minibatches). The graph is rebuilt by PyMC with the placeholders in the minibatches'
-    place, so no shape of the data or of a minibatch is fixed in it: feed a slice of the
-    data, a gather or all of it.
-
-    Attributes
-    ----------
-    prior : TensorVariable
-        The sum of the terms that read no minibatched rows.
-    terms : list of list of TensorVariable
-        Per group, its likelihood terms.
-    scaled : list of list of bool
-        Whether each term carries PyMC's ``total_size`` scaling.
-    placeholders : list of list of TensorVariable
-        Per group, one placeholder per array of its ``pm.Minibatch`` call.
-    position : TensorVariable
-        The flat position (the same variable as :attr:`FlatLogp.position`).
-    """
-
-    prior: Variable
-    terms: list[list[Variable]]
-    scaled: list[list[bool]]
-    placeholders: list[list[Variable]]
-    position: Variable
 
 
 def _rebuilt_node(node: Apply, inputs: list[Variable]) -> Apply:

@@ -1,0 +1,1 @@
+"""The bottom layer: the NumPy/PyTensor array namespace, compilation, argument checks."""
