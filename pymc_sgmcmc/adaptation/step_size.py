@@ -177,9 +177,10 @@ class AdaptiveStepSize(StepSizeAdapter):
         ``κ`` of :func:`noise_limited_step_size`.
     jitter : float
         As :class:`StepSizeAdapter`.
-    estimates_noise : bool
-        Own SGHMC's ``noise_estimate``: ``B̂ = ε V̄/2`` with ``V̄`` the mean measured
-        whitened noise variance, so that the injected noise makes up the rest.
+    estimates_noise : str, optional
+        The kernel parameter this adapter owns as the noise estimate (SGHMC's
+        ``noise_estimate``): ``B̂ = ε V̄/2`` with ``V̄`` the mean measured whitened noise
+        variance, so that the injected noise makes up the rest.
     """
 
     _state_class: ClassVar[type[DataClassState]] = AdaptiveStepSizeState
@@ -194,13 +195,13 @@ class AdaptiveStepSize(StepSizeAdapter):
         target_accept: float = 0.8,
         noise_tolerance: float = NOISE_TOLERANCE,
         jitter: float = 0.0,
-        estimates_noise: bool = False,
+        estimates_noise: str | None = None,
     ) -> None:
         super().__init__(initial_step_size, jitter=jitter)
         self.initial_step_size = float(initial_step_size)
         self.metropolis = bool(metropolis)
         self.damping = float(damping)
-        self.estimates_noise = bool(estimates_noise)
+        self.estimates_noise = estimates_noise
         self.target_accept = check_in_range(
             "target_accept", target_accept, 0.0, 1.0, "PyMC's NUTS uses 0.8."
         )
@@ -243,13 +244,13 @@ class AdaptiveStepSize(StepSizeAdapter):
         )
 
     def parameters(self) -> dict[str, Any]:
-        """SGHMC's ``noise_estimate`` ``B̂ = ε V̄/2``, when this adapter owns it."""
-        if not self.estimates_noise:
+        """The noise estimate ``B̂ = ε V̄/2``, when this adapter owns it."""
+        if self.estimates_noise is None:
             return {}
         mean = 0.0 if self.noise_variance is None else float(np.mean(self.noise_variance))
         # The cap keeps εV_max/2 ≤ κC; the minimum guards a step size set by a divergence.
         estimate = min(self.nominal(0) * mean / 2.0, self.noise_tolerance * self.damping)
-        return {"noise_estimate": np.asarray(estimate)}
+        return {self.estimates_noise: np.asarray(estimate)}
 
     def restart(self) -> None:
         """The metric changed: forget the noise measured in its old units."""
@@ -267,8 +268,8 @@ class AdaptiveStepSize(StepSizeAdapter):
             self.dual.update(0.0 if result.diverging else result.accept, True)
         elif result.diverging:
             self.shrink *= DIVERGENCE_SHRINK
-            if self.estimates_noise:
-                return frozenset({"noise_estimate"})
+            if self.estimates_noise is not None:
+                return frozenset({self.estimates_noise})
         return frozenset()
 
     def finalize(self) -> None:

@@ -50,6 +50,10 @@ Params = Any
 """A kernel's parameters: a ``NamedTuple`` whose first field is ``step_size``."""
 
 
+METRIC_KINDS = ("euclidean", "position_dependent", "none")
+"""What a kernel's ``metric`` parameter holds (:attr:`Kernel.metric`)."""
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One sampler family's update rule and what surrounds it.
@@ -84,9 +88,24 @@ class Kernel:
         ``(state, target, params) -> scalar``, symbolic: the Hamiltonian. Its presence
         makes the glue run a Metropolis–Hastings test with the full-data target.
     stats : callable
-        ``(state, params) -> dict`` of per-draw statistics, with NumPy.
+        ``(state, params) -> dict`` of per-draw statistics, with NumPy; ``params`` carry
+        the trajectory's step size.
     stats_dtypes : dict
         ``name -> (dtype, shape)`` of those statistics.
+    checked_stats : tuple of str
+        Statistics the end-of-chain checks read (:mod:`pymc_sgmcmc.sampling.chain_checks`):
+        ``"kinetic_temperature"`` (averages 1 for a correct chain) and ``"thermostat"``
+        (settles).
+    metric : {"euclidean", "position_dependent", "none"}
+        What the parameter field ``metric`` holds. "euclidean": a constant mass
+        (:class:`~pymc_sgmcmc.metrics.EuclideanMetric`), which the glue builds from
+        ``mass=``, sets to the Laplace covariance with ``step_size="auto"``, lets an
+        adapter learn, and whitens the measured gradient noise with. "position_dependent":
+        the sampler's own ``G(θ)`` (:class:`~pymc_sgmcmc.metrics.PositionDependentMetric`),
+        which the glue leaves alone and refuses ``mass=`` for. "none": no metric field.
+    estimated_noise : str, optional
+        A parameter the glue sets from the measured gradient noise during tuning when
+        the user passes "auto" (SGHMC's ``noise_estimate``).
     step_noise : bool
         Whether :attr:`step` takes a standard normal draw per step.
     step_noise_extra : int
@@ -105,11 +124,6 @@ class Kernel:
         The parameter that the gradient noise must stay below (SGHMC's ``friction``,
         SGNHT's ``diffusion``); None: the injected noise is the step's own (SGLD), or
         there is none (HMC). See :func:`pymc_sgmcmc.adaptation.step_size.gradient_noise_ratio`.
-    temperature_scale : callable, optional
-        ``(step_size, params) -> float``: the factor that makes the reported
-        ``kinetic_temperature`` average 1 at the discretised dynamics' own equilibrium
-        (with exact gradients on a Gaussian), so that a departure from 1 measures the
-        gradient noise and an oversized step, not the integrator's known bias.
     """
 
     name: str
@@ -128,13 +142,41 @@ class Kernel:
     supports_spheres: bool = False
     default_step_size: float | None = None
     noise_damping: str | None = None
-    temperature_scale: Callable[..., float] | None = None
+    checked_stats: tuple[str, ...] = ()
+    metric: str = "none"
+    estimated_noise: str | None = None
 
     def __post_init__(self) -> None:
         if self.state_type._fields[0] != "position":
             raise TypeError(f"{self.name}: the state's first field must be 'position'.")
-        if self.params_type._fields[0] != "step_size":
+        fields = self.params_type._fields
+        if fields[0] != "step_size":
             raise TypeError(f"{self.name}: the parameters' first field must be 'step_size'.")
+        if self.metric not in METRIC_KINDS:
+            raise ValueError(f"{self.name}: metric must be one of {METRIC_KINDS}.")
+        if (self.metric != "none") != ("metric" in fields):
+            raise TypeError(
+                f"{self.name}: metric={self.metric!r} and a 'metric' field go together."
+            )
+        if self.supports_spheres != ("layout" in fields):
+            raise TypeError(f"{self.name}: supports_spheres and a 'layout' field go together.")
+        unknown = {self.estimated_noise, self.noise_damping} - {None, *fields}
+        if unknown:
+            raise TypeError(f"{self.name}: no parameter field {sorted(unknown)}.")
+
+    @property
+    def constant_metric(self) -> bool:
+        """Whether the kernel moves with a constant (Euclidean) mass."""
+        return self.metric == "euclidean"
+
+    @property
+    def measures_noise(self) -> bool:
+        """Whether the glue measures its gradient noise (whitened by the constant mass).
+
+        Kernels that inject noise compare the gradient noise with it; a position-dependent
+        metric has no constant mass to whiten with.
+        """
+        return self.step_noise and self.constant_metric
 
     @property
     def resamples(self) -> tuple[str, ...]:

@@ -149,6 +149,7 @@ SGGMC = Kernel(
     step=sggmc_step,
     stats=sggmc_stats,
     stats_dtypes={"kinetic_temperature": (np.float64, [])},
+    checked_stats=("kinetic_temperature",),
     supports_spheres=True,
 )
 
@@ -161,5 +162,6 @@ GSGNHT = Kernel(
     step=gsgnht_step,
     stats=gsgnht_stats,
     stats_dtypes={"kinetic_temperature": (np.float64, []), "thermostat": (np.float64, [])},
+    checked_stats=("kinetic_temperature", "thermostat"),
     supports_spheres=True,
 )

@@ -197,6 +197,7 @@ def rhmc_stats(state: RHMCState, params: RHMCParams) -> dict:
 
 
 RHMC = Kernel(
+    metric="position_dependent",
     name="rhmc",
     state_type=RHMCState,
     params_type=RHMCParams,
@@ -463,7 +464,8 @@ def np_step(state: NPState, target: Target, noise: Array, params: NPParams) -> N
 def np_stats(state: NPState, params: NPParams) -> dict:
     """``s``, ``q``, the energy drift, the kinetic temperature and the fixed-point residual."""
     return {
-        "kinetic_temperature": float(state.temperature),
+        "kinetic_temperature": float(state.temperature)
+        * temperature_scale(params.step_size, params),
         "control": float(state.control),
         "control_momentum": float(state.control_momentum),
         "energy_drift": float(state.energy_drift),
@@ -490,5 +492,6 @@ SGRNPHMC = Kernel(
     },
     step_noise_extra=1,
     default_step_size=0.2,
-    temperature_scale=temperature_scale,
+    checked_stats=("kinetic_temperature",),
+    metric="position_dependent",
 )

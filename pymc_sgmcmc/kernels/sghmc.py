@@ -83,9 +83,9 @@ def temperature_scale(step_size: float, params: SGHMCParams) -> float:
 
 
 def stats(state: SGHMCState, params: SGHMCParams) -> dict:
-    """The kinetic temperature ``rᵀM⁻¹r / D`` (see :func:`temperature_scale`)."""
+    """The kinetic temperature ``rᵀM⁻¹r / D``, scaled by :func:`temperature_scale`."""
     temperature = params.metric.kinetic_temperature(state.position, state.momentum)
-    return {"kinetic_temperature": float(temperature)}
+    return {"kinetic_temperature": float(temperature) * temperature_scale(params.step_size, params)}
 
 
 KERNEL = Kernel(
@@ -99,6 +99,8 @@ KERNEL = Kernel(
     stats_dtypes={"kinetic_temperature": (np.float64, [])},
     gradient_at_end=True,
     noise_damping="friction",
-    temperature_scale=temperature_scale,
+    checked_stats=("kinetic_temperature",),
+    metric="euclidean",
+    estimated_noise="noise_estimate",
     default_step_size=0.2,
 )

@@ -57,6 +57,7 @@ def step(state: SGLDState, target: Target, noise: Array, params: SGLDParams) -> 
 
 
 KERNEL = Kernel(
+    metric="euclidean",
     name="sgld",
     state_type=SGLDState,
     params_type=SGLDParams,

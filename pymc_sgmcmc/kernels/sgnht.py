@@ -86,5 +86,7 @@ KERNEL = Kernel(
     stats_dtypes={"kinetic_temperature": (np.float64, []), "thermostat": (np.float64, [])},
     gradient_at_end=True,
     noise_damping="diffusion",
+    checked_stats=("kinetic_temperature", "thermostat"),
+    metric="euclidean",
     default_step_size=0.1,
 )

@@ -164,7 +164,8 @@ def step(state: SGNPHMCState, target: Target, noise: Array, params: SGNPHMCParam
 def stats(state: SGNPHMCState, params: SGNPHMCParams) -> dict:
     """Kinetic temperature ``p̃ᵀM⁻¹p̃ / D``, ``s``, ``q`` and the trajectory's energy drift."""
     return {
-        "kinetic_temperature": float(kinetic_temperature(params.metric.inverse, state.momentum)),
+        "kinetic_temperature": float(kinetic_temperature(params.metric.inverse, state.momentum))
+        * temperature_scale(params.step_size, params),
         "control": float(state.control),
         "control_momentum": float(state.control_momentum),
         "energy_drift": float(state.energy_drift),
@@ -201,5 +202,6 @@ KERNEL = Kernel(
     gradient_at_end=True,
     noise_damping="friction",
     default_step_size=0.2,
-    temperature_scale=temperature_scale,
+    checked_stats=("kinetic_temperature",),
+    metric="euclidean",
 )

@@ -105,6 +105,12 @@ class ModeFinder:
     def __post_init__(self) -> None:
         self._rows = row_logp(self.model, self.flat, self.vars, self.model.initial_point())
 
+    def set_n_rows(self, n_rows: list[int]) -> None:
+        """The data were replaced (``pm.set_data``): passes read this many rows now."""
+        self.n_rows[:] = n_rows
+        if self._full is not None:
+            self._full.n_rows = list(n_rows)
+
     @property
     def full(self) -> FullDataPass:
         """The full-data pass (compiled on first use)."""

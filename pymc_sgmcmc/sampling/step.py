@@ -12,9 +12,7 @@ names its kernel and passes its parameters; it overrides nothing.
 
 from __future__ import annotations
 
-import functools
 import math
-import typing
 import warnings
 from typing import Any, ClassVar
 
@@ -54,7 +52,6 @@ from pymc_sgmcmc.metrics.euclidean import (
     euclidean_metric,
     metric_from_inverse,
 )
-from pymc_sgmcmc.metrics.riemannian import PositionDependentMetric
 from pymc_sgmcmc.sampling.chain_checks import chain_check_messages
 from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
@@ -228,9 +225,9 @@ class StochasticGradientStep(ArrayStepShared):
             stats.update(METROPOLIS_STATS)
         if cls.mass_adapter_class is not None:
             stats.update(cls.mass_adapter_class.stats_dtypes_shapes)
-        elif "metric" in kernel.params_type._fields and not position_dependent(kernel):
+        elif kernel.constant_metric:
             stats.update(WindowedMass.stats_dtypes_shapes)
-        if _measures_noise(kernel):
+        if kernel.measures_noise:
             stats["gradient_noise"] = (np.float64, [])
         cls.stats_dtypes_shapes = stats
 
@@ -340,27 +337,34 @@ class StochasticGradientStep(ArrayStepShared):
             if kernel.supports_spheres
             else None
         )
-        fields = kernel.params_type._fields
         fixed = dict(kernel_params or {})
-        # SGHMC's noise_estimate="auto": measured with the step size, else 0.
-        self._estimates_noise = isinstance(fixed.get("noise_estimate"), str)
-        if self._estimates_noise:
-            fixed["noise_estimate"] = 0.0
-        if position_dependent(kernel) and (mass is not None or mass_adapter is not None):
+        # A noise estimate given as "auto" (SGHMC's): measured with the step size, else 0.
+        self._estimated_noise = (
+            kernel.estimated_noise
+            if kernel.estimated_noise is not None and fixed.get(kernel.estimated_noise) == "auto"
+            else None
+        )
+        if self._estimated_noise is not None:
+            fixed[self._estimated_noise] = 0.0
+        if kernel.metric == "position_dependent" and (mass is not None or mass_adapter is not None):
             raise TypeError(
                 f"{type(self).__name__} moves with a position-dependent metric G(θ), so it "
                 "has no constant mass: pass metric= (a function of the position) instead of "
                 "mass= or a mass adapter."
             )
-        if "metric" in fields and mass_adapter is None and "metric" not in fixed:
+        if kernel.constant_metric and mass_adapter is None and "metric" not in fixed:
             fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
-        if "layout" in fields:
+        if kernel.supports_spheres:
             fixed["layout"] = self.layout
         self._fixed_params = {
             key: np.asarray(value, dtype=self._dtype) if isinstance(value, float) else value
             for key, value in fixed.items()
         }
         self._mass_given = mass is not None or "metric" in (kernel_params or {})
+        # A fixed mass reports what a learned one would: no updates.
+        self._fixed_mass_stats = (
+            dict.fromkeys(WindowedMass.stats_dtypes_shapes, 0) if kernel.constant_metric else {}
+        )
         self._trajectory: CompiledTrajectory | None = None
         self._unused_noise = np.zeros(self.dim, dtype=self._dtype)  # no refresh, no draw
         self.allow_missing_total_size = bool(allow_missing_total_size)
@@ -394,7 +398,7 @@ class StochasticGradientStep(ArrayStepShared):
                 metropolis=kernel.energy is not None,
                 damping=self._noise_damping,
                 jitter=step_jitter,
-                estimates_noise=self._estimates_noise,
+                estimates_noise=self._estimated_noise,
             )
             if self.gradient == "minibatch" and self._flat.groups and _noise_checkable(kernel):
                 self._check_minibatch_noise()
@@ -532,13 +536,13 @@ class StochasticGradientStep(ArrayStepShared):
         size is in the units it sets (e.g. the Hessian's, which are the Laplace ones at
         the mode).
         """
-        if position_dependent(self.kernel):
+        if not self.kernel.constant_metric:
             return
         covariance = self.mode.covariance
         if self.mass_adapter is not None:
             self.mass_adapter.precondition(covariance)
             return
-        if "metric" in self.kernel.params_type._fields and not self._mass_given:
+        if not self._mass_given:
             if self.adapt_mass:
                 self.mass_adapter = WindowedMass(covariance)
             else:
@@ -563,7 +567,7 @@ class StochasticGradientStep(ArrayStepShared):
     @property
     def mass(self):
         """The current metric (mass matrix ``M``), for kernels that have one."""
-        return getattr(self.params, "metric", None)
+        return self.params.metric if self.kernel.metric != "none" else None
 
     @property
     def n_rows(self) -> list[int]:
@@ -717,10 +721,7 @@ class StochasticGradientStep(ArrayStepShared):
         if changed and self._initial_anchor is not None:
             # The anchor's full-data gradient belongs to the old data: without a new
             # pass the control variates would be biased.
-            finder = self._mode_finder()
-            finder.n_rows[:] = self._n_rows
-            if finder._full is not None:
-                finder._full.n_rows = list(self._n_rows)
+            self._mode_finder().set_n_rows(self._n_rows)
             self._initial_anchor = self._anchor_at(self._initial_anchor.position, "anchor")
         self._tune_iterations, self._draw_iterations = int(tune), int(draws)
         self._reset_chain()
@@ -812,10 +813,11 @@ class StochasticGradientStep(ArrayStepShared):
             for field in end_fields:
                 total += field.sum()
             finite = math.isfinite(total)
-            metric = getattr(self.params, "metric", None)
             diverging = not finite or (
-                isinstance(metric, EuclideanMetric)
-                and runaway_trajectory(metric, q0.data, end.position, step_size, self.n_steps)
+                kernel.constant_metric
+                and runaway_trajectory(
+                    self.params.metric, q0.data, end.position, step_size, self.n_steps
+                )
             )
             accept = 1.0
             if diverging:
@@ -836,17 +838,15 @@ class StochasticGradientStep(ArrayStepShared):
         stats["diverging"] = diverging
         stats["divergences"] = self.divergences
         if kernel.stats_dtypes:
-            stats.update(kernel.stats(end, self.params))
-            if kernel.temperature_scale is not None and "kinetic_temperature" in stats:
-                stats["kinetic_temperature"] *= kernel.temperature_scale(step_size, self.params)
-        if _measures_noise(kernel):
+            stats.update(kernel.stats(end, self.params._replace(step_size=step_size)))
+        if kernel.measures_noise:
             stats["gradient_noise"] = self._gradient_noise_ratio(step_size)
         if self._learning_adapters:
             self._adapt(end, gradient, diverging, accept)
         if self.mass_adapter is not None:
             stats.update(self.mass_adapter.stats())
-        elif "mass_updates" in self.stats_dtypes_shapes:
-            stats["mass_updates"] = 0
+        else:
+            stats.update(self._fixed_mass_stats)
         if not self.tune:
             self._record_draw(stats)
         return RaveledVars(end.position, q0.point_map_info), [stats]
@@ -854,7 +854,7 @@ class StochasticGradientStep(ArrayStepShared):
     # -- gradient noise and the chain's checks ---------------------------------------
 
     def _noise_probe_due(self) -> bool:
-        if not (_measures_noise(self.kernel) and self._flat.groups):
+        if not (self.kernel.measures_noise and self._flat.groups):
             return False
         every = NOISE_PROBE_EVERY[bool(self.tune)]
         return self.noise_probes == 0 or self.iteration % every == 0
@@ -963,7 +963,7 @@ class StochasticGradientStep(ArrayStepShared):
                 self.noise_probes += 1
         if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize) and self.noise_probes:
             self.step_size_adapter.set_noise_variance(self.noise_sum / self.noise_probes)
-            if self._estimates_noise:
+            if self._estimated_noise is not None:
                 self._read_parameters()
 
     def _gradient_noise_ratio(self, step_size: float) -> float:
@@ -1116,43 +1116,13 @@ class StochasticGradientStep(ArrayStepShared):
         return (update_stats,)
 
 
-def _measures_noise(kernel: Kernel) -> bool:
-    """Whether the sampler measures its gradient noise (with ``pm.Minibatch`` data).
-
-    The measurement whitens by a constant mass; a position-dependent metric has none.
-    """
-    return (
-        kernel.step_noise
-        and "metric" in kernel.params_type._fields
-        and not position_dependent(kernel)
-    )
-
-
 def _noise_checkable(kernel: Kernel) -> bool:
     """Whether the plain-minibatch check before sampling applies to the kernel.
 
     Kernels that measure their noise, and those with a Metropolis test and a constant
     mass (HMC, HMC-EM), whose acceptance the noise erodes.
     """
-    constant_mass = "metric" in kernel.params_type._fields and not position_dependent(kernel)
-    return _measures_noise(kernel) or (kernel.energy is not None and constant_mass)
-
-
-@functools.cache
-def _declares_position_dependent(params_type: type) -> bool:
-    hint = typing.get_type_hints(params_type).get("metric")
-    return isinstance(hint, type) and issubclass(hint, PositionDependentMetric)
-
-
-def position_dependent(kernel: Kernel) -> bool:
-    """Whether the kernel's ``metric`` parameter is a :class:`PositionDependentMetric`.
-
-    Read from the annotation of its parameters' ``metric`` field. Such a metric is the
-    sampler's own: the glue builds no Euclidean one from ``mass=``, does not replace it
-    with the Laplace covariance (``step_size="auto"``), adapts no mass, measures no
-    whitened gradient noise, and does not apply :func:`runaway_trajectory`.
-    """
-    return _declares_position_dependent(kernel.params_type)
+    return kernel.measures_noise or (kernel.energy is not None and kernel.constant_metric)
 
 
 def _check_vars(sampler: str, kernel: Kernel, vars: list[TensorVariable], model) -> None:
