@@ -223,7 +223,6 @@ def bare_call_loop(step: pmsg.SGHMC, position: np.ndarray, calls_per_iteration: 
     them), with the carried momentum in place of the chain's.
     """
     fn = step.trajectory_function
-    momentum_at = fn.input_names.index("state.momentum")
     out_position, out_momentum = fn.index["position"], fn.index["state.momentum"]
     fresh = step.kernel.init(position, step.rng.standard_normal(step.dim), step.params)
     state = {"position": position, "momentum": fresh.momentum}
@@ -232,8 +231,8 @@ def bare_call_loop(step: pmsg.SGHMC, position: np.ndarray, calls_per_iteration: 
         q, momentum = state["position"], state["momentum"]
         for _ in range(n * calls_per_iteration):
             inputs = step.trajectory_inputs(q, STEP_SIZE)
-            inputs[momentum_at] = momentum
-            outputs = fn(*inputs)
+            inputs["state.momentum"] = momentum
+            outputs = fn(*[inputs[name] for name in fn.input_names])
             q, momentum = outputs[out_position], outputs[out_momentum]
         state["position"], state["momentum"] = q, momentum
 
@@ -407,7 +406,8 @@ def breakdown(
     n_groups = len(pool[0])
     # The inputs astep passes, drawn the way it draws them; the rows come last.
     assert all(name.startswith("rows_") for name in fn.input_names[-n_groups:])
-    head = step.trajectory_inputs(q.data, STEP_SIZE)[:-n_groups]  # all but the rows
+    named = step.trajectory_inputs(q.data, STEP_SIZE)
+    head = [named[name] for name in fn.input_names[:-n_groups]]  # all but the rows
     inputs = head + pool[0]
 
     def cycling(f: Callable[[list], object]) -> Callable[[int], None]:

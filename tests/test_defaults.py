@@ -28,7 +28,7 @@ from pymc_sgmcmc.diagnostics import kernel_stein_discrepancy
 from pymc_sgmcmc.dynamics.hmc import leapfrog_step
 from pymc_sgmcmc.metrics.euclidean import euclidean_metric
 from pymc_sgmcmc.sampling.chain_checks import kinetic_temperature_departure, thermostat_drift
-from pymc_sgmcmc.sampling.step import runaway_trajectory
+from pymc_sgmcmc.sampling.corrections import runaway_trajectory
 
 ROWS, BATCH, DIM = 5_000, 50, 3
 

@@ -739,7 +739,7 @@ def test_hmc_full_data_density_of_a_transformed_variable():
     step.setup_chain(np.random.default_rng(2), tune=0, draws=1)
     position = np.array([0.3, 0.7])  # [sigma_log__, mu] in the step's order
     fn = step.trajectory_function
-    inputs = dict(zip(fn.input_names, step.trajectory_inputs(position, 1e-3), strict=True))
+    inputs = step.trajectory_inputs(position, 1e-3)
     assert inputs["position"].ndim == 1
     order = [v.name for v in step.vars]
     logp_start = fn.named(**inputs)["logp_start"]

@@ -61,6 +61,12 @@ class EuclideanMetric(NamedTuple):
             return float(np.linalg.norm(self.factor.T @ displacement))
         return float(np.linalg.norm(self.factor * displacement))
 
+    def whiten(self, vector: np.ndarray) -> np.ndarray:
+        """``L⁻¹ v`` for ``M = LLᵀ``: a gradient (or its error) in the units where ``M = I``."""
+        if self.is_dense:
+            return scipy.linalg.solve_triangular(self.factor, vector, lower=True)
+        return vector / self.factor
+
     def draw_momentum(self, rng: np.random.Generator) -> np.ndarray:
         """Draw ``p ~ N(0, M)`` with NumPy."""
         return self.momentum(None, rng.standard_normal(self.inverse.shape[0]))

@@ -1,23 +1,23 @@
-"""The one PyMC step method every sampler of the package is.
+"""The one PyMC step method every sampler of the package is: a thin loop over parts.
 
-:class:`StochasticGradientStep` runs a kernel (:mod:`pymc_sgmcmc.kernels`) inside
-``pm.sample``: it turns the model into a flat log density with its minibatches cut out,
-compiles ``n_steps`` kernel steps into one function (:mod:`pymc_sgmcmc.sampling.trajectory`)
-once per step method, draws all per-iteration randomness (normal noise, minibatch rows)
-from the chain's generator, runs a Metropolis–Hastings test where the kernel has an
-energy, restarts from the last finite state when a trajectory blows up, reports
-statistics and calls its adapters (step size, mass). A public sampler is a subclass that
-names its kernel and passes its parameters; it overrides nothing.
+:class:`StochasticGradientStep` holds the values it is handed and runs them inside
+``pm.sample``: the **kernel** (:mod:`pymc_sgmcmc.kernels`, what one integrator step
+does), the **gradient estimator** (:mod:`pymc_sgmcmc.gradients.estimators`, with its
+anchor and noise probe), the **correction** (:mod:`pymc_sgmcmc.sampling.corrections`,
+a Metropolis test or a restart), the **start-up** (:mod:`pymc_sgmcmc.sampling.startup`:
+mode, Laplace covariance, chain starts) and the **adapters** (step size, mass), which
+initialise themselves from the start-up. It compiles ``n_steps`` kernel steps into one
+function once per step method (:mod:`pymc_sgmcmc.sampling.trajectory`) and draws all
+per-iteration randomness from the chain's generator. A public sampler is a subclass
+that names its kernel and passes its parameters; it overrides nothing.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.linalg
 from pymc.blocking import RaveledVars, StatsType
 from pymc.exceptions import SamplingError
 from pymc.model import modelcontext
@@ -27,71 +27,31 @@ from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
-from pytensor.tensor.variable import TensorVariable
 from rich.progress import TextColumn
 from rich.table import Column
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.adaptation.step_size import (
-    NOISE_TOLERANCE,
-    AdaptiveStepSize,
-    StepSizeAdapter,
-    acceptance_limited_step_size,
-    gradient_noise_ratio,
-    noise_limited_step_size,
-)
+from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize, StepSizeAdapter, gradient_noise_ratio
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
-from pymc_sgmcmc.core.validation import check_choice
-from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
+from pymc_sgmcmc.gradients.estimators import make_estimator
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
-from pymc_sgmcmc.metrics.euclidean import (
-    EuclideanMetric,
-    euclidean_metric,
-    metric_from_inverse,
-)
+from pymc_sgmcmc.metrics.euclidean import euclidean_metric, metric_from_inverse
+from pymc_sgmcmc.sampling import arguments, noise, startup
 from pymc_sgmcmc.sampling.chain_checks import chain_check_messages
+from pymc_sgmcmc.sampling.corrections import Trajectory, correction_for
 from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
-from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
-from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp, is_sphere_valued
+from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
+from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.trajectory import (
-    ANCHORED_GRADIENTS,
-    GRADIENTS,
     ROWS,
     CompiledTrajectory,
     build_trajectory,
     compile_trajectory,
 )
-
-MINIBATCH_MODES = tuple(ROWS)
-
-MAX_ENERGY_ERROR = 1000.0
-"""An energy error above this flags the trajectory as divergent (PyMC's ``Emax``)."""
-
-RUNAWAY_FACTOR = 10.0
-"""A trajectory of a kernel without an energy that moves this many times farther than a
-stable one can is a divergence (:func:`runaway_trajectory`)."""
-
-
-def runaway_trajectory(
-    metric: Any, start: np.ndarray, end: np.ndarray, step_size: float, n_steps: int
-) -> bool:
-    """Whether a finite trajectory blew up: it moved too far for its step size.
-
-    In the metric's units a stable step moves about ``ε|p| ≈ ε√D`` (a kinetic step) or
-    ``√(εD)`` (a Langevin step), so ``n`` steps move at most ``n max(ε, √ε) √D`` up to
-    fluctuations. A trajectory that went :data:`RUNAWAY_FACTOR` times farther left the
-    region where the step is stable: its end is finite but meaningless (1e14 was seen on a
-    hierarchical model, after which every trajectory overflowed). Checking finiteness
-    alone keeps such a state; this rejects it as PyMC's ``Emax`` rejects a leapfrog
-    trajectory whose energy error exceeds 1000.
-    """
-    scale = n_steps * max(step_size, math.sqrt(step_size)) * math.sqrt(start.size)
-    return metric.whitened_length(end - start) > RUNAWAY_FACTOR * scale
-
 
 GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "step_size": (np.float64, []),
@@ -101,23 +61,6 @@ GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "divergences": (np.int64, []),
 }
 """Statistics of every sampler."""
-
-METROPOLIS_STATS: dict[str, tuple[Any, list]] = {
-    "accept": (np.float64, []),
-    "accepted": (bool, []),
-    "energy_error": (np.float64, []),
-    "model_logp": (np.float64, []),
-}
-"""Statistics of a sampler whose kernel has an energy (a Metropolis–Hastings test)."""
-
-NOISE_PROBES_AT_START = 8
-"""Gradient-noise measurements at a chain's start and after each change of the metric."""
-
-NOISE_LIMITED_SLOWDOWN = 10.0
-"""A noise-capped step this many times below the kernel's default warns before sampling."""
-
-NOISE_PROBE_EVERY = {True: 5, False: 20}
-"""Iterations between gradient-noise measurements, during tuning and after it."""
 
 
 @dataclass_state
@@ -156,7 +99,7 @@ class StochasticGradientStep(ArrayStepShared):
         :attr:`~pymc_sgmcmc.kernels.base.Kernel.default_step_size` in a metric set to the
         Laplace covariance at the mode (found before sampling).
     gradient : {"auto", "minibatch", "control_variates", "svrg"}
-        The gradient estimator (:mod:`pymc_sgmcmc.gradients`); "auto" is
+        The gradient estimator (:mod:`pymc_sgmcmc.gradients.estimators`); "auto" is
         "control_variates" for a model with ``pm.Minibatch`` data and "minibatch" (then
         the exact full-data gradient) without.
     anchor : dict or ModeResult, optional
@@ -179,7 +122,7 @@ class StochasticGradientStep(ArrayStepShared):
     kernel_params : dict
         The kernel's parameters besides ``step_size``, ``metric`` and ``layout``.
     mass : float, array, optional
-        The mass ``M`` of a kernel with a ``metric`` parameter (identity by default).
+        The mass ``M`` of a kernel with a constant metric (identity by default).
     mass_adapter : Adapter, optional
         An adapter that owns (and learns) the metric instead, e.g.
         :class:`~pymc_sgmcmc.adaptation.em.MassEM`.
@@ -220,9 +163,7 @@ class StochasticGradientStep(ArrayStepShared):
         kernel = cls.__dict__.get("kernel", getattr(cls, "kernel", None))
         if kernel is None:
             return
-        stats = {**GENERIC_STATS, **kernel.stats_dtypes}
-        if kernel.energy is not None:
-            stats.update(METROPOLIS_STATS)
+        stats = {**GENERIC_STATS, **kernel.stats_dtypes, **correction_for(kernel).stats_dtypes}
         if cls.mass_adapter_class is not None:
             stats.update(cls.mass_adapter_class.stats_dtypes_shapes)
         elif kernel.constant_metric:
@@ -237,18 +178,7 @@ class StochasticGradientStep(ArrayStepShared):
         # ones to pm.sample's automatic assignment, as NUTS does.
         model = modelcontext(kwargs.get("model"))
         if not args and kwargs.get("vars") is None:
-            if not model.value_vars:
-                raise ValueError(
-                    f"{cls.__name__}: the model has no free random variables, so there is "
-                    "nothing to sample. Add unobserved random variables (priors) to the "
-                    "model, or use pm.sample_prior_predictive for a model of data only."
-                )
-            if not model.continuous_value_vars:
-                raise ValueError(
-                    f"{cls.__name__} samples continuous variables only, and the model has "
-                    "none. Let pm.sample choose a sampler (e.g. Metropolis) for discrete "
-                    "variables."
-                )
+            arguments.check_model_has_continuous_vars(cls.__name__, model)
             kwargs["vars"] = model.continuous_value_vars
         return super().__new__(cls, *args, **kwargs)
 
@@ -277,102 +207,77 @@ class StochasticGradientStep(ArrayStepShared):
         initial_point: dict[str, np.ndarray] | None = None,
         compile_kwargs: dict | None = None,
     ) -> None:
-        model = modelcontext(model)
-        kernel = self.kernel
-        if vars is None:
-            vars = model.continuous_value_vars
-        vars = get_value_vars_from_user_vars(vars, model)
-        _check_vars(type(self).__name__, kernel, vars, model)
-        if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or n_steps < 1:
-            raise ValueError(
-                f"n_steps must be a positive integer (integrator steps per draw), got "
-                f"{n_steps!r}. The seeds use n_steps=10."
-            )
-        self.n_steps = int(n_steps)
-        self.minibatch = check_choice(
-            "minibatch",
-            minibatch,
-            MINIBATCH_MODES,
-            "'step' draws fresh rows for every gradient, 'trajectory' one set per draw.",
+        model, kernel, name = modelcontext(model), self.kernel, type(self).__name__
+        vars = get_value_vars_from_user_vars(
+            model.continuous_value_vars if vars is None else vars, model
         )
-        self.mass_adapter = mass_adapter
-        self.adapt_mass = bool(adapt_mass)
-        if isinstance(step_size, str) and step_size != "auto":
-            raise TypeError(
-                f"step_size must be a real number, a schedule or 'auto', got {step_size!r}."
-            )
-        self.start = check_choice(
-            "start",
-            start,
-            ("auto", "laplace", "initial_point"),
-            "'laplace' draws each chain's start from the Laplace approximation at the mode.",
-        )
-        if (
-            isinstance(anchor_every, bool)
-            or not isinstance(anchor_every, int | np.integer)
-            or anchor_every < 1
-        ):
-            raise ValueError(
-                f"anchor_every must be a positive integer (iterations between SVRG's anchor "
-                f"moves), got {anchor_every!r}."
-            )
-        self.anchor_every = int(anchor_every)
-        if mass_adapter is not None and mass_adapter.needs_gradient and not kernel.gradient_at_end:
-            raise TypeError(
-                f"{type(mass_adapter).__name__} needs the gradient at the kept position, "
-                f"which the {kernel.name} kernel does not evaluate."
-            )
+        arguments.check_sampled_vars(name, kernel, vars, model)
+        arguments.check_step_arguments(
+            name, kernel, step_size=step_size, n_steps=n_steps, minibatch=minibatch,
+            start=start, anchor_every=anchor_every, mass=mass, mass_adapter=mass_adapter,
+        )  # fmt: skip
+        self.n_steps, self.minibatch, self.start = int(n_steps), minibatch, start
+        self.mass_adapter, self.adapt_mass = mass_adapter, bool(adapt_mass)
         self.refresh_every_trajectory = bool(refresh_every_trajectory)
-        self._model = model
-        if initial_point is None:
-            initial_point = model.initial_point()
-        self._initial_point = initial_point
-        self._flat: FlatLogp = flat_logp(model, vars, initial_point)
-        self.dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        self.allow_missing_total_size = bool(allow_missing_total_size)
+        self._model, self._compile_kwargs = model, compile_kwargs
+        self._initial_point = model.initial_point() if initial_point is None else initial_point
+        self._flat: FlatLogp = flat_logp(model, vars, self._initial_point)
+        self.dim = int(sum(np.size(self._initial_point[v.name]) for v in vars))
         self._dtype = self._flat.position.dtype
-        self._compile_kwargs = compile_kwargs
         super().__init__(vars, self._flat.shared, blocked, rng=rng)
         self.layout = (
-            sphere_layout(model, self.vars, initial_point, type(self).__name__)
+            sphere_layout(model, self.vars, self._initial_point, name)
             if kernel.supports_spheres
             else None
         )
-        fixed = dict(kernel_params or {})
-        # A noise estimate given as "auto" (SGHMC's): measured with the step size, else 0.
-        self._estimated_noise = (
-            kernel.estimated_noise
-            if kernel.estimated_noise is not None and fixed.get(kernel.estimated_noise) == "auto"
-            else None
-        )
-        if self._estimated_noise is not None:
-            fixed[self._estimated_noise] = 0.0
-        if kernel.metric == "position_dependent" and (mass is not None or mass_adapter is not None):
-            raise TypeError(
-                f"{type(self).__name__} moves with a position-dependent metric G(θ), so it "
-                "has no constant mass: pass metric= (a function of the position) instead of "
-                "mass= or a mass adapter."
-            )
-        if kernel.constant_metric and mass_adapter is None and "metric" not in fixed:
-            fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
-        if kernel.supports_spheres:
-            fixed["layout"] = self.layout
-        self._fixed_params = {
-            key: np.asarray(value, dtype=self._dtype) if isinstance(value, float) else value
-            for key, value in fixed.items()
-        }
+        self._fixed_params = self._kernel_parameters(kernel_params, mass)
         self._mass_given = mass is not None or "metric" in (kernel_params or {})
         # A fixed mass reports what a learned one would: no updates.
         self._fixed_mass_stats = (
             dict.fromkeys(WindowedMass.stats_dtypes_shapes, 0) if kernel.constant_metric else {}
         )
         self._trajectory: CompiledTrajectory | None = None
-        self._unused_noise = np.zeros(self.dim, dtype=self._dtype)  # no refresh, no draw
-        self.allow_missing_total_size = bool(allow_missing_total_size)
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._checked_data = None
         self._check_data()
-        self.gradient = self._choose_gradient(gradient, anchor)
-        # The mode found before sampling (with its Laplace covariance), where needed.
+        self.correction = correction_for(kernel)
+        self.gradient = startup.choose_gradient(
+            name,
+            gradient,
+            minibatched=bool(self._flat.groups),
+            spheres=self.layout is not None and any(on for _, _, on in self.layout.runs),
+            allow_missing_total_size=self.allow_missing_total_size,
+            anchor=anchor,
+        )
+        self._start_up(step_size, anchor, anchor_every, dict(mode_kwargs or {}), step_jitter)
+        self._learning_adapters = tuple(a for a in self._adapters if a.learns)
+        self._tune_iterations = self._draw_iterations = 0
+        self._reset_chain()
+
+    def _kernel_parameters(self, kernel_params: dict | None, mass: Any) -> dict[str, Any]:
+        """The kernel's fixed parameters: the user's, the metric from ``mass=``, the layout."""
+        kernel, fixed = self.kernel, dict(kernel_params or {})
+        # A noise estimate given as "auto" (SGHMC's): measured with the step size, else 0.
+        noise_name = kernel.estimated_noise
+        auto = noise_name is not None and fixed.get(noise_name) == "auto"
+        self._estimated_noise = noise_name if auto else None
+        if auto:
+            fixed[noise_name] = 0.0
+        if kernel.constant_metric and self.mass_adapter is None and "metric" not in fixed:
+            fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
+        if kernel.supports_spheres:
+            fixed["layout"] = self.layout
+        return {
+            key: np.asarray(value, dtype=self._dtype) if isinstance(value, float) else value
+            for key, value in fixed.items()
+        }
+
+    def _start_up(
+        self, step_size: Any, anchor: Any, anchor_every: int, mode_kwargs: dict, jitter: float
+    ) -> None:
+        """Mode, anchor, estimator, metric and step-size adapter, before any chain."""
+        kernel, automatic = self.kernel, isinstance(step_size, str)
         self.mode: ModeResult | None = None
         self.mode_seconds: float | None = None
         self.rows_touched_by_setup = 0
@@ -380,157 +285,47 @@ class StochasticGradientStep(ArrayStepShared):
         # before sampling with gradient="minibatch" and step_size="auto").
         self.minibatch_slowdown: float | None = None
         self._finder: ModeFinder | None = None
-        self._initial_anchor: Anchor | None = None
-        precondition = isinstance(step_size, str)
-        if precondition and kernel.default_step_size is None:
-            raise ValueError(
-                f"{type(self).__name__} has no automatic step size yet: pass step_size= "
-                "(a positive number or a schedule)."
+        self._chunk_rows = mode_kwargs.pop("chunk_rows", None)
+        if automatic or (self.gradient == "control_variates" and anchor is None):
+            finder = self._mode_finder()
+            self.mode = startup.find_start_mode(
+                finder, self.vars, self._initial_point, self._dtype, mode_kwargs, automatic
             )
-        if precondition or (self.gradient == "control_variates" and anchor is None):
-            self._find_mode(dict(mode_kwargs or {}), curvature=precondition)
-        if self.gradient in ANCHORED_GRADIENTS:
-            self._initial_anchor = self._make_anchor(anchor)
-        if precondition:
-            self._precondition()
+            self.mode_seconds = self.mode.seconds
+            self.rows_touched_by_setup += self.mode.rows_touched
+        before = self._rows_touched()
+        self.estimator = make_estimator(
+            self.gradient,
+            self._mode_finder,
+            [g.batch_size for g in self._flat.groups],
+            type(self).__name__,
+            anchor_every=anchor_every,
+        )
+        if self.estimator.anchored and anchor is not None:
+            position = startup.anchor_position(
+                type(self).__name__, anchor, self.vars, self._initial_point, self._dtype
+            )
+            self.estimator.initial_anchor = self.estimator.anchor_at(position, "anchor=")
+        elif self.estimator.anchored and self.mode is not None:
+            mode = self.mode
+            self.estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient)
+        if automatic:
+            self._precondition(self.mode.covariance)
             self.step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
                 kernel.default_step_size,
                 metropolis=kernel.energy is not None,
                 damping=self._noise_damping,
-                jitter=step_jitter,
+                jitter=jitter,
                 estimates_noise=self._estimated_noise,
             )
-            if self.gradient == "minibatch" and self._flat.groups and _noise_checkable(kernel):
+            if self.gradient == "minibatch" and self._flat.groups and self._noise_checkable:
                 self._check_minibatch_noise()
         else:
-            self.step_size_adapter = StepSizeAdapter(step_size, jitter=step_jitter)
-        self._learning_adapters = tuple(
-            a for a in (self.step_size_adapter, self.mass_adapter) if a is not None and a.learns
-        )
-        self._tune_iterations = 0
-        self._draw_iterations = 0
-        self._reset_chain()
+            self.step_size_adapter = StepSizeAdapter(step_size, jitter=jitter)
+        self.rows_touched_by_setup += self._rows_touched() - before
 
-    # -- gradient estimator, mode and anchor ------------------------------------------
-
-    def _choose_gradient(self, gradient: str, anchor: Any) -> str:
-        name = type(self).__name__
-        gradient = check_choice(
-            "gradient",
-            gradient,
-            ("auto", *GRADIENTS),
-            "'control_variates' anchors minibatch gradients at the mode, 'svrg' moves the "
-            "anchor along the chain, 'minibatch' is the plain estimator.",
-        )
-        minibatched = bool(self._flat.groups)
-        if gradient == "auto":
-            spheres = self.layout is not None and any(on for _, _, on in self.layout.runs)
-            usable = minibatched and not spheres and not self.allow_missing_total_size
-            return "control_variates" if usable else "minibatch"
-        if gradient in ANCHORED_GRADIENTS:
-            if not minibatched:
-                raise ValueError(
-                    f"{name}(gradient={gradient!r}): the model has no pm.Minibatch data, so "
-                    "every gradient is already exact and there is no noise to control. Use "
-                    "gradient='minibatch' (the default for such a model)."
-                )
-            if self.allow_missing_total_size:
-                raise ValueError(
-                    f"{name}(gradient={gradient!r}) needs total_size= on every observed "
-                    "variable fed by pm.Minibatch: without it the minibatch density is not "
-                    "an estimate of the full-data one that the anchor's gradient comes from."
-                )
-            spheres = self.layout is not None and any(on for _, _, on in self.layout.runs)
-            if gradient == "control_variates" and spheres and anchor is None:
-                raise ValueError(
-                    f"{name}(gradient='control_variates') needs anchor= (a point of the "
-                    "model with unit vectors for the sphere variables): the mode finder "
-                    "does not search on spheres. Or use gradient='svrg', whose anchor "
-                    "follows the chain."
-                )
-        return gradient
-
-    def _find_mode(self, options: dict[str, Any], curvature: bool) -> None:
-        """Find the mode (and the Laplace covariance) before sampling."""
-        options.setdefault("curvature", curvature)
-        options.setdefault("progressbar", True)
-        # Deterministic by default: the mode search runs before pm.sample's random_seed
-        # exists, and an unseeded search gave every new step a slightly different anchor.
-        options.setdefault("random_seed", 0)
-        rng = np.random.default_rng(options.pop("random_seed"))
-        chunk_rows = options.pop("chunk_rows", None)
-        finder = self._mode_finder(chunk_rows)
-        point = self._initial_point
-        start = options.pop("start", None)
-        if start is not None:
-            point = {**point, **start}
-        x0 = np.concatenate([np.ravel(point[v.name]) for v in self.vars]).astype(self._dtype)
-        defaults = {"adam_steps": 500, "learning_rate": 0.05, "maxiter": 1000, "gtol": 1e-8}
-        unknown = set(options) - {*defaults, "curvature", "progressbar"}
-        if unknown:
-            raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
-        self.mode = search_mode(finder, x0, point, rng=rng, **(defaults | options))
-        self.mode_seconds = self.mode.seconds
-        self.rows_touched_by_setup += self.mode.rows_touched
-
-    def _mode_finder(self, chunk_rows: int | None = None) -> ModeFinder:
-        if self._finder is None:
-            self._finder = ModeFinder(
-                self._model, self.vars, self._flat, self._n_rows, chunk_rows, self._compile_kwargs
-            )
-        return self._finder
-
-    def _make_anchor(self, anchor: Any) -> Anchor | None:
-        """The anchor of control variates: the given point, else the mode."""
-        if anchor is None:
-            if self.mode is None:
-                return None  # SVRG: the chain's start, when it is known
-            return Anchor(self.mode.position, self.mode.logp, self.mode.gradient)
-        name = type(self).__name__
-        if isinstance(anchor, ModeResult):
-            position = np.asarray(anchor.position, dtype=self._dtype)
-        elif isinstance(anchor, dict):
-            missing = [v.name for v in self.vars if v.name not in anchor]
-            if missing:
-                raise ValueError(
-                    f"{name}: anchor= lacks the sampled variables {missing}. Pass a point "
-                    "of the model by value-variable name, e.g. pmsg.find_mode()."
-                )
-            parts = []
-            for v in self.vars:
-                value = np.asarray(anchor[v.name], dtype=self._dtype)
-                expected = np.shape(self._initial_point[v.name])
-                if value.shape != expected:
-                    raise ValueError(
-                        f"{name}: anchor[{v.name!r}] has shape {value.shape}, the variable "
-                        f"{expected}. Pass a point of the model, e.g. pmsg.find_mode()."
-                    )
-                parts.append(value.ravel())
-            position = np.concatenate(parts)
-        else:
-            raise TypeError(
-                f"{name}: anchor= must be a point (dict by value-variable name) or the "
-                f"result of pmsg.find_mode(), got {type(anchor).__name__}."
-            )
-        return self._anchor_at(position, "anchor=")
-
-    def _anchor_at(self, position: np.ndarray, what: str) -> Anchor:
-        """An anchor at ``position``: a full-data pass there."""
-        finder = self._mode_finder()
-        before = finder.rows_touched
-        logp, gradient = finder.full_pass(position)
-        self.rows_touched_by_setup += finder.rows_touched - before
-        if not (np.isfinite(logp) and np.all(np.isfinite(gradient))):
-            raise ValueError(
-                f"{type(self).__name__}: the full-data log density or its gradient is not "
-                f"finite at the {what} point (log p = {logp}), so control variates cannot "
-                "be anchored there. Pass an anchor inside the support, e.g. "
-                "pmsg.find_mode()."
-            )
-        return Anchor(np.asarray(position, dtype=self._dtype), float(logp), gradient)
-
-    def _precondition(self) -> None:
-        """Set the metric (or the EM's starting mass) from the Laplace covariance.
+    def _precondition(self, covariance: np.ndarray) -> None:
+        """Start a constant metric (or the mass adapter) from the Laplace covariance.
 
         A position-dependent metric is the sampler's own and stays: its default step
         size is in the units it sets (e.g. the Hessian's, which are the Laplace ones at
@@ -538,17 +333,14 @@ class StochasticGradientStep(ArrayStepShared):
         """
         if not self.kernel.constant_metric:
             return
-        covariance = self.mode.covariance
         if self.mass_adapter is not None:
             self.mass_adapter.precondition(covariance)
-            return
-        if not self._mass_given:
-            if self.adapt_mass:
-                self.mass_adapter = WindowedMass(covariance)
-            else:
-                self._fixed_params["metric"] = metric_from_inverse(covariance, self._dtype)
+        elif not self._mass_given and self.adapt_mass:
+            self.mass_adapter = WindowedMass(covariance)
+        elif not self._mass_given:
+            self._fixed_params["metric"] = metric_from_inverse(covariance, self._dtype)
 
-    # -- parameters ------------------------------------------------------------------
+    # -- parameters and what the step shows ---------------------------------------------
 
     def _read_parameters(self) -> None:
         """Assemble the kernel's parameters from the fixed ones and the adapters'."""
@@ -561,13 +353,18 @@ class StochasticGradientStep(ArrayStepShared):
         )
         values["step_size"] = np.asarray(np.nan, dtype=self._dtype)
         self.params = self.kernel.params_type(**values)
-        # Every array but the step size, in the compiled function's input order.
-        self._param_arrays = [value for _, value in tree_flatten(self.params)[1:]]
+        # Every array but the step size, by compiled input name.
+        self._param_inputs = {f"params.{k}": v for k, v in tree_flatten(self.params)[1:]}
 
     @property
     def mass(self):
         """The current metric (mass matrix ``M``), for kernels that have one."""
         return self.params.metric if self.kernel.metric != "none" else None
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The kernel's parameters besides the step size, by name."""
+        return {k: v for k, v in self.params._asdict().items() if k != "step_size"}
 
     @property
     def n_rows(self) -> list[int]:
@@ -599,11 +396,42 @@ class StochasticGradientStep(ArrayStepShared):
         self.step_size_adapter.schedule = schedule
 
     @property
-    def parameters(self) -> dict[str, Any]:
-        """The kernel's parameters besides the step size, by name."""
-        return {k: v for k, v in self.params._asdict().items() if k != "step_size"}
+    def _adapters(self) -> list[Adapter]:
+        return [a for a in (self.step_size_adapter, self.mass_adapter) if a is not None]
 
-    # -- compilation -----------------------------------------------------------------
+    @property
+    def _record_gradient(self) -> bool:
+        return self.mass_adapter is not None and self.mass_adapter.needs_gradient
+
+    @property
+    def _noise_damping(self) -> float:
+        """``C`` of the gradient-noise ratio: the kernel's friction or diffusion, else 1."""
+        name = self.kernel.noise_damping
+        return float(self._fixed_params[name]) if name else 1.0
+
+    @property
+    def _noise_checkable(self) -> bool:
+        """Whether the plain-minibatch check before sampling applies.
+
+        To kernels that measure their noise, and to those with a Metropolis test and a
+        constant mass (HMC, HMC-EM), whose acceptance the noise erodes.
+        """
+        kernel = self.kernel
+        return kernel.measures_noise or (kernel.energy is not None and kernel.constant_metric)
+
+    # -- compiled pieces -------------------------------------------------------------
+
+    def _mode_finder(self) -> ModeFinder:
+        """The full-data and subsample passes (compiled on first use)."""
+        if self._finder is None:
+            self._finder = ModeFinder(
+                self._model, self.vars, self._flat, self._n_rows, self._chunk_rows,
+                self._compile_kwargs,
+            )  # fmt: skip
+        return self._finder
+
+    def _rows_touched(self) -> int:
+        return self._finder.rows_touched if self._finder is not None else 0
 
     @property
     def trajectory_function(self) -> CompiledTrajectory:
@@ -615,7 +443,6 @@ class StochasticGradientStep(ArrayStepShared):
     def _compile(self) -> CompiledTrajectory:
         kernel = self.kernel
         zeros = np.zeros(self.dim, dtype=self._dtype)
-        template = kernel.init(zeros, zeros, self.params)
         exact = None
         if kernel.energy is not None:
             exact = full_data_logp(self._model, self._flat, self.vars, self._initial_point)
@@ -623,7 +450,7 @@ class StochasticGradientStep(ArrayStepShared):
         inputs, outputs = build_trajectory(
             kernel,
             self._flat,
-            state=template,
+            state=kernel.init(zeros, zeros, self.params),
             params=self.params,
             n_steps=self.n_steps,
             rows=rows,
@@ -636,10 +463,6 @@ class StochasticGradientStep(ArrayStepShared):
             compiled = compile_trajectory(inputs, outputs, rows, self._compile_kwargs)
         compiled.row_shapes = [rows.shape(self.n_steps, g.batch_size) for g in self._flat.groups]
         return compiled
-
-    @property
-    def _record_gradient(self) -> bool:
-        return self.mass_adapter is not None and self.mass_adapter.needs_gradient
 
     def __getstate__(self) -> dict:
         # Compiled functions are rebuilt where they are unpickled (pm.sample with
@@ -693,18 +516,18 @@ class StochasticGradientStep(ArrayStepShared):
         self.kernel_state = None  # set from the first position the chain sees
         self.refresh_pending = False
         self.position_gradient = None
-        self.anchor = self._initial_anchor
-        self.noise_sum = np.zeros(self.dim)
-        self.noise_probes = 0
-        self.draw_stats = {"kinetic_temperature": [], "thermostat": [], "gradient_noise": []}
+        self.anchor = self.estimator.initial_anchor
+        self._reset_noise()
+        checked = (*self.kernel.checked_stats, *(("gradient_noise",) * self.kernel.measures_noise))
+        self.draw_stats = {name: [] for name in checked}
         self.__dict__.pop("_chain", None)  # the tuning length may have changed
         for adapter in self._adapters:
             adapter.init_chain(self._chain_context())
         self._read_parameters()
 
-    @property
-    def _adapters(self) -> list[Adapter]:
-        return [a for a in (self.step_size_adapter, self.mass_adapter) if a is not None]
+    def _reset_noise(self) -> None:
+        self.noise_sum = np.zeros(self.dim)
+        self.noise_probes = 0
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         """Re-seed from the chain's generator and reset the chain's state."""
@@ -716,13 +539,11 @@ class StochasticGradientStep(ArrayStepShared):
             reseed_rngs(rngs, self.rng.integers(2**32))
         # Read once per chain: the data may have been replaced with pm.set_data.
         self._n_rows = [g.n_rows() for g in self._flat.groups]
-        changed = self._data_fingerprint() != self._checked_data
-        self._check_data()
-        if changed and self._initial_anchor is not None:
-            # The anchor's full-data gradient belongs to the old data: without a new
-            # pass the control variates would be biased.
+        if self._data_fingerprint() != self._checked_data:
+            self._check_data()
             self._mode_finder().set_n_rows(self._n_rows)
-            self._initial_anchor = self._anchor_at(self._initial_anchor.position, "anchor")
+            # Without a new pass there, an anchor's full-data gradient would be stale.
+            self.estimator.data_replaced()
         self._tune_iterations, self._draw_iterations = int(tune), int(draws)
         self._reset_chain()
         self.tune = tune > 0
@@ -734,9 +555,7 @@ class StochasticGradientStep(ArrayStepShared):
             adapter.finalize()
         self._read_parameters()
         self.consecutive_divergences = 0
-        # The noise is measured afresh at the frozen step and metric.
-        self.noise_sum = np.zeros(self.dim)
-        self.noise_probes = 0
+        self._reset_noise()  # measured afresh at the frozen step and metric
 
     @staticmethod
     def competence(var, has_grad):
@@ -756,204 +575,139 @@ class StochasticGradientStep(ArrayStepShared):
     def _normal(self, *shape: int) -> np.ndarray:
         return self.rng.standard_normal(shape).astype(self._dtype, copy=False)
 
-    def trajectory_inputs(self, position: np.ndarray, step_size: float) -> list:
-        """The inputs of one trajectory from ``position``, drawn as a chain draws them.
+    def _fresh_state(self, position: np.ndarray) -> Any:
+        return self.kernel.init(position, self._normal(self.dim), self.params)
 
-        Draws the normal noise and the minibatch rows from the chain's generator. The
-        list follows ``trajectory_function.input_names``.
+    def trajectory_inputs(self, position: np.ndarray, step_size: float) -> dict[str, Any]:
+        """The inputs of one trajectory from ``position`` by name, drawn as a chain draws.
+
+        Draws the normal noise and the minibatch rows from the chain's generator.
         """
         kernel = self.kernel
         if self.kernel_state is None:
-            self.kernel_state = kernel.init(position, self._normal(self.dim), self.params)
+            self.kernel_state = self._fresh_state(position)
             self.refresh_pending = False
-        inputs = [position, *self.kernel_state[1:], np.asarray(step_size, dtype=self._dtype)]
-        inputs += self._param_arrays
-        if self.gradient in ANCHORED_GRADIENTS:
-            anchor = self.anchor
-            inputs += [anchor.position, np.asarray(anchor.logp, dtype=self._dtype), anchor.gradient]
-        refresh = kernel.refresh is not None and (
-            self.refresh_every_trajectory or self.refresh_pending
-        )
+        inputs = {"position": position}
+        names = [f"state.{n}" for n in kernel.resamples]
+        inputs.update(zip(names, self.kernel_state[1:], strict=True))
+        inputs["params.step_size"] = np.asarray(step_size, dtype=self._dtype)
+        inputs.update(self._param_inputs)
+        inputs.update(self.estimator.inputs(self.anchor))
         if kernel.refresh is not None:
+            refresh = self.refresh_every_trajectory or self.refresh_pending
+            inputs["refresh"] = np.asarray(refresh)
             # Without a refresh its noise is not used: no draw for it.
-            noise = self._normal(self.dim) if refresh else self._unused_noise
-            inputs += [np.asarray(refresh), noise]
+            inputs["refresh_noise"] = self._normal(self.dim) if refresh else self._unused
         if kernel.step_noise:
-            inputs.append(self._normal(self.n_steps, self.dim + kernel.step_noise_extra))
-        return inputs + self.draw_rows()
+            inputs["noise"] = self._normal(self.n_steps, self.dim + kernel.step_noise_extra)
+        inputs.update((f"rows_{k}", rows) for k, rows in enumerate(self.draw_rows()))
+        return inputs
+
+    @property
+    def _unused(self) -> np.ndarray:
+        return np.zeros(self.dim, dtype=self._dtype)
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
-        fn = self.trajectory_function
-        kernel = self.kernel
+        fn, kernel = self.trajectory_function, self.kernel
         if self.iteration == 0 and self.kernel_state is None:
-            q0 = RaveledVars(self._chain_start(q0.data), q0.point_map_info)
-        if self.gradient == "svrg" and (
-            self.anchor is None or (self.iteration > 0 and self.iteration % self.anchor_every == 0)
-        ):
-            # SVRG (Dubey et al.): move the anchor to the chain's state, a full-data pass.
-            self.anchor = self._anchor_at(q0.data, "chain's")
+            default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
+            start = startup.chain_start(
+                q0.data, start=self.start, mode=self.mode, default=default, rng=self.rng,
+                dtype=self._dtype,
+            )  # fmt: skip
+            q0 = RaveledVars(start, q0.point_map_info)
+        self.anchor = self.estimator.next_anchor(self.anchor, q0.data, self.iteration)
         if self._noise_probe_due():
-            self._measure_gradient_noise(
-                q0.data, NOISE_PROBES_AT_START if self.iteration == 0 else 1
-            )
+            probes = noise.NOISE_PROBES_AT_START if self.iteration == 0 else 1
+            self._measure_gradient_noise(q0.data, probes)
         step_size = self.step_size_adapter.current(self.iteration, self.rng)
-        outputs = fn(*self.trajectory_inputs(q0.data, step_size))
+        outputs = fn.named(**self.trajectory_inputs(q0.data, step_size))
         self.refresh_pending = False
         self.iteration += 1
-        n_fields = len(end_fields := outputs[: len(kernel.state_type._fields)])
-        end = kernel.state_type(*end_fields)
-        logp = outputs[n_fields]
-        gradient = outputs[fn.index["gradient"]] if self._record_gradient else None
-        stats: dict[str, Any] = {"step_size": step_size, "n_steps": self.n_steps}
-        if kernel.energy is None:
-            # One reduction instead of a pass per array: a sum is finite only if every
-            # term is (a finite overflow to inf is a blown-up trajectory all the same).
-            total = float(logp)
-            for field in end_fields:
-                total += field.sum()
-            finite = math.isfinite(total)
-            diverging = not finite or (
-                kernel.constant_metric
-                and runaway_trajectory(
-                    self.params.metric, q0.data, end.position, step_size, self.n_steps
-                )
-            )
-            accept = 1.0
-            if diverging:
-                end = kernel.init(q0.data, self._normal(self.dim), self.params)
-                gradient = None
-        else:
-            end, gradient, finite, diverging, accept, test_stats = self._metropolis(
-                fn, outputs, end, gradient
-            )
-            stats.update(test_stats)
-        if diverging:
+        end = kernel.state_type(
+            outputs["position"], *(outputs[f"state.{n}"] for n in kernel.resamples)
+        )
+        gradient = outputs["gradient"] if self._record_gradient else None
+        trajectory = Trajectory(
+            kernel, self.params, q0.data, end, outputs, gradient, step_size, self.n_steps,
+            self._fresh_state,
+        )  # fmt: skip
+        kept = self.correction.apply(trajectory, self.rng)
+        if kept.diverging:
             self._record_divergence(step_size)
         else:
             self.consecutive_divergences = 0
-        self.kernel_state = end
-        self.position_gradient = gradient
-        stats["minibatch_logp"] = float(logp) if finite and not diverging else np.nan
-        stats["diverging"] = diverging
-        stats["divergences"] = self.divergences
+        self.kernel_state, self.position_gradient = kept.state, kept.gradient
+        stats: dict[str, Any] = {"step_size": step_size, "n_steps": self.n_steps, **kept.stats}
+        finite_logp = kept.finite and not kept.diverging
+        stats["minibatch_logp"] = float(outputs["minibatch_logp"]) if finite_logp else np.nan
+        stats["diverging"], stats["divergences"] = kept.diverging, self.divergences
         if kernel.stats_dtypes:
-            stats.update(kernel.stats(end, self.params._replace(step_size=step_size)))
+            stats.update(kernel.stats(kept.state, self.params._replace(step_size=step_size)))
         if kernel.measures_noise:
             stats["gradient_noise"] = self._gradient_noise_ratio(step_size)
         if self._learning_adapters:
-            self._adapt(end, gradient, diverging, accept)
-        if self.mass_adapter is not None:
-            stats.update(self.mass_adapter.stats())
-        else:
-            stats.update(self._fixed_mass_stats)
+            self._adapt(kept.state, kept.gradient, kept.diverging, kept.accept)
+        stats.update(self.mass_adapter.stats() if self.mass_adapter else self._fixed_mass_stats)
         if not self.tune:
             self._record_draw(stats)
-        return RaveledVars(end.position, q0.point_map_info), [stats]
+        return RaveledVars(kept.state.position, q0.point_map_info), [stats]
 
-    # -- gradient noise and the chain's checks ---------------------------------------
+    # -- gradient noise --------------------------------------------------------------
 
     def _noise_probe_due(self) -> bool:
         if not (self.kernel.measures_noise and self._flat.groups):
             return False
-        every = NOISE_PROBE_EVERY[bool(self.tune)]
-        return self.noise_probes == 0 or self.iteration % every == 0
+        return noise.probe_due(self.iteration, self.tune, self.noise_probes)
 
     def gradient_noise_variance(
-        self,
-        position: np.ndarray,
-        *,
-        rng: np.random.Generator | None = None,
-        metric: EuclideanMetric | None = None,
+        self, position: np.ndarray, *, rng: np.random.Generator | None = None, metric=None
     ) -> np.ndarray:
-        """One measurement of the gradient estimate's variance at ``position``, whitened.
+        """One measurement of the gradient estimate's whitened variance at ``position``.
 
-        Two independent minibatches (of the sampler's batch sizes) give two estimates
-        ``g₁``, ``g₂`` of the gradient by the sampler's estimator (plain, or anchored
-        control variates); ``d = L⁻¹(g₁ − g₂)`` with ``M = LLᵀ`` the metric (the current
-        one unless ``metric`` is given), and ``d²/2`` is an unbiased estimate of
-        ``diag(L⁻¹VL⁻ᵀ)``. The rows come from ``rng``, the chain's generator by default.
+        By the sampler's estimator (its ``noise_variance``), in the current metric
+        unless ``metric`` is given, on rows from ``rng`` (the chain's generator by
+        default).
         """
-        finder = self._mode_finder()
-        rng = self.rng if rng is None else rng
-        batch_sizes = [g.batch_size for g in self._flat.groups]
-        draws = [
-            [rng.integers(0, n, size=b) for n, b in zip(self._n_rows, batch_sizes, strict=True)]
-            for _ in range(2)
-        ]
-        first, second = (finder.subsample_pass(position, rows)[1] for rows in draws)
-        difference = first - second
-        if self.gradient in ANCHORED_GRADIENTS and self.anchor is not None:
-            at_anchor = [finder.subsample_pass(self.anchor.position, rows)[1] for rows in draws]
-            difference -= at_anchor[0] - at_anchor[1]
-        metric = self.params.metric if metric is None else metric
-        if metric.is_dense:
-            whitened = scipy.linalg.solve_triangular(metric.factor, difference, lower=True)
-        else:
-            whitened = difference / metric.factor
-        return np.asarray(whitened, dtype=float) ** 2 / 2.0
+        return self.estimator.noise_variance(
+            position,
+            self.anchor,
+            self.rng if rng is None else rng,
+            self._n_rows,
+            self.params.metric if metric is None else metric,
+        )
 
     def _check_minibatch_noise(self) -> None:
         """Before sampling, warn when plain minibatch noise forces a far smaller step.
 
-        The gradient noise is measured at the mode, in the Laplace metric, on rows drawn
-        from a fixed seed (deterministic for the model and its data, as the mode search).
-        It caps the step size: for a kernel that injects noise, so that the gradient noise
-        adds at most ``NOISE_TOLERANCE`` to the chain's temperature (which bounds the
-        variance it adds, :func:`noise_limited_step_size`); for a kernel with a Metropolis
-        test, so that the energy error it adds alone still lets the acceptance reach its
-        target (:func:`acceptance_limited_step_size`). When that cap is
-        :data:`NOISE_LIMITED_SLOWDOWN` times below the kernel's default step, the draws
-        stay accurate in law but a chain moves that much less per gradient, and a run of
-        ordinary length is strongly autocorrelated (measured: at 10⁵ rows, SGHMC's cap was
-        19× below its default and the means were 1.7 sds off after 2 × 2,000 draws; HMC's
-        min ESS was 2.6 after 2 × 3,000 draws).
+        Measured at the mode, in the Laplace metric, on rows drawn from a fixed seed
+        (deterministic for the model and its data, as the mode search); see
+        :func:`~pymc_sgmcmc.sampling.noise.noise_limited_slowdown`.
         """
         rng = np.random.default_rng(0)
         metric = metric_from_inverse(self.mode.covariance, self._dtype)
-        before = self._mode_finder().rows_touched
         probes = [
-            self.gradient_noise_variance(self.mode.position, rng=rng, metric=metric)
-            for _ in range(NOISE_PROBES_AT_START)
+            self.estimator.noise_variance(self.mode.position, None, rng, self._n_rows, metric)
+            for _ in range(noise.NOISE_PROBES_AT_START)
         ]
-        self.rows_touched_by_setup += self._mode_finder().rows_touched - before
-        noise = np.mean(probes, axis=0)
-        if self.kernel.energy is None:
-            cap = noise_limited_step_size(noise, self._noise_damping)
-            bound = f"so that it adds at most {NOISE_TOLERANCE:.0%} to the chain's temperature"
-            fix = "gradient='control_variates' (the default, exact at the mode)"
-            cost = 1.0  # ε ∝ 1/V: the gradients scale as the slowdown
-        else:
-            target = self.step_size_adapter.target_accept
-            cap = acceptance_limited_step_size(noise, self.n_steps, target)
-            bound = (
-                f"so that the energy error it adds over {self.n_steps} leapfrog steps "
-                f"still lets {target:.0%} of the trajectories be accepted"
-            )
-            fix = (
-                "gradient='control_variates' (the default: its noise at the mode is nil, "
-                "and the Metropolis test keeps the draws exact)"
-            )
-            cost = 2.0  # ε ∝ 1/√(nV): the gradients scale as the slowdown squared
-        slowdown = self.kernel.default_step_size / cap
-        self.minibatch_slowdown = float(max(slowdown, 1.0))
-        if not slowdown > NOISE_LIMITED_SLOWDOWN:
-            return
-        name = type(self).__name__
-        batches = ", ".join(str(g.batch_size) for g in self._flat.groups)
-        factor = slowdown**cost
-        warnings.warn(
-            f"{name}(gradient='minibatch'): at the mode, the minibatch gradient noise "
-            f"limits the step size to {cap:.3g} ({bound}), {slowdown:.0f}x below the "
-            f"default {self.kernel.default_step_size} of control-variate gradients. The "
-            f"draws keep the right law, but each moves about {slowdown:.0f}x less: a run "
-            "of ordinary length stays autocorrelated and its means and sds can be far off. "
-            f"Use {fix}, or pay for the plain estimator with about {factor:.0f}x the "
-            f"gradients: n_steps={math.ceil(self.n_steps * factor)} or a batch_size "
-            f"about {factor:.0f}x the present {batches}.",
-            RuntimeWarning,
-            stacklevel=4,
+        kernel, metropolis = self.kernel, self.kernel.energy is not None
+        slowdown, cap, bound = noise.noise_limited_slowdown(
+            np.mean(probes, axis=0),
+            default_step_size=kernel.default_step_size,
+            damping=self._noise_damping,
+            metropolis=metropolis,
+            n_steps=self.n_steps,
+            target_accept=getattr(self.step_size_adapter, "target_accept", 0.8),
         )
+        self.minibatch_slowdown = float(max(slowdown, 1.0))
+        if slowdown > noise.NOISE_LIMITED_SLOWDOWN:
+            message = noise.plain_minibatch_warning(
+                type(self).__name__, slowdown=slowdown, cap=cap, bound=bound,
+                default_step_size=kernel.default_step_size, metropolis=metropolis,
+                n_steps=self.n_steps, batch_sizes=[g.batch_size for g in self._flat.groups],
+            )  # fmt: skip
+            warnings.warn(message, RuntimeWarning, stacklevel=5)
 
     def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
         for _ in range(probes):
@@ -975,11 +729,7 @@ class StochasticGradientStep(ArrayStepShared):
         variance = self.noise_sum / self.noise_probes
         return gradient_noise_ratio(step_size, variance, self._noise_damping)
 
-    @property
-    def _noise_damping(self) -> float:
-        """``C`` of the gradient-noise ratio: the kernel's friction or diffusion, else 1."""
-        name = self.kernel.noise_damping
-        return float(self._fixed_params[name]) if name else 1.0
+    # -- after the trajectory --------------------------------------------------------
 
     def _record_draw(self, stats: dict[str, Any]) -> None:
         for name, values in self.draw_stats.items():
@@ -988,50 +738,6 @@ class StochasticGradientStep(ArrayStepShared):
         if self.iteration == self._tune_iterations + self._draw_iterations:
             for message in chain_check_messages(type(self).__name__, self.draw_stats):
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-    def _chain_start(self, position: np.ndarray) -> np.ndarray:
-        """Where a chain starts: a draw from the Laplace approximation, or ``position``."""
-        mode = self.mode
-        if self.start == "initial_point" or mode is None or mode.covariance is None:
-            return position
-        if self.start == "auto":
-            default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
-            if not np.array_equal(position, default):
-                return position  # the user chose the start (initvals)
-        covariance = mode.covariance
-        z = self.rng.standard_normal(self.dim)
-        if covariance.ndim == 1:
-            offset = np.sqrt(covariance) * z
-        else:
-            offset = np.linalg.cholesky(covariance) @ z
-        return (mode.position + offset).astype(self._dtype)
-
-    def _metropolis(self, fn: CompiledTrajectory, outputs: list, end, gradient):
-        """The Metropolis–Hastings test of a kernel with an energy, on the full data."""
-        kernel = self.kernel
-        n_fields = len(kernel.state_type._fields)
-        first = fn.index["start.position"]
-        start = kernel.state_type(*outputs[first : first + n_fields])
-        energy_start = float(outputs[fn.index["energy_start"]])
-        energy_end = float(outputs[fn.index["energy_end"]])
-        energy_error = energy_end - energy_start
-        log_accept = metropolis_log_acceptance(energy_start, energy_end)
-        finite = bool(np.isfinite(end.position).all() and all(np.isfinite(a).all() for a in end))
-        diverging = not finite or not energy_error < MAX_ENERGY_ERROR
-        accepted = finite and np.log(self.rng.uniform()) < log_accept
-        if accepted:
-            kept, model_logp = end, float(outputs[fn.index["logp_end"]])
-        else:
-            kept, model_logp = start, float(outputs[fn.index["logp_start"]])
-            if gradient is not None:
-                gradient = outputs[fn.index["start_gradient"]]
-        test_stats = {
-            "accept": float(np.exp(log_accept)),
-            "accepted": bool(accepted),
-            "energy_error": energy_error if np.isfinite(energy_error) else np.inf,
-            "model_logp": model_logp,
-        }
-        return kept, gradient, finite, diverging, float(np.exp(log_accept)), test_stats
 
     def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
         """Hand the finished iteration to the adapters that learn; re-read what changed."""
@@ -1052,18 +758,17 @@ class StochasticGradientStep(ArrayStepShared):
         changed: frozenset[str] = frozenset()
         for adapter in learning:
             changed |= adapter.update(result, chain)
-        if changed:
-            self._read_parameters()
-            if "metric" in changed:
-                if self.kernel.refresh is not None:
-                    # A carried momentum must follow N(0, M) under the new mass.
-                    self.refresh_pending = True
-                # The step size was learned in the old metric's units.
-                self.step_size_adapter.restart()
-                self.noise_sum = np.zeros(self.dim)
-                self.noise_probes = 0
-                if self._noise_probe_due():
-                    self._measure_gradient_noise(state.position, NOISE_PROBES_AT_START)
+        if not changed:
+            return
+        self._read_parameters()
+        if "metric" in changed:
+            # A carried momentum must follow N(0, M) under the new mass.
+            self.refresh_pending = self.kernel.refresh is not None
+            # The step size was learned in the old metric's units.
+            self.step_size_adapter.restart()
+            self._reset_noise()
+            if self._noise_probe_due():
+                self._measure_gradient_noise(state.position, noise.NOISE_PROBES_AT_START)
 
     def _record_divergence(self, step_size: float) -> None:
         self.divergences += 1
@@ -1073,13 +778,12 @@ class StochasticGradientStep(ArrayStepShared):
             # PyMC's NUTS does not warn about tuning divergences either.
             return
         fresh = " and ".join(self.kernel.resamples)
-        restart = (
-            f"the chain restarted from its last finite state with a fresh {fresh}"
-            if self.kernel.energy is None and fresh
-            else "the proposal was rejected"
-            if self.kernel.energy is not None
-            else "the chain restarted from its last finite state"
-        )
+        if self.kernel.energy is not None:
+            restart = "the proposal was rejected"
+        else:
+            restart = "the chain restarted from its last finite state" + (
+                f" with a fresh {fresh}" if fresh else ""
+            )
         advice = (
             f"{type(self).__name__}: the trajectory at iteration {self.iteration} "
             f"(step_size={step_size:.3g}) turned non-finite or diverged; {restart}. "
@@ -1114,31 +818,3 @@ class StochasticGradientStep(ArrayStepShared):
             }
 
         return (update_stats,)
-
-
-def _noise_checkable(kernel: Kernel) -> bool:
-    """Whether the plain-minibatch check before sampling applies to the kernel.
-
-    Kernels that measure their noise, and those with a Metropolis test and a constant
-    mass (HMC, HMC-EM), whose acceptance the noise erodes.
-    """
-    return kernel.measures_noise or (kernel.energy is not None and kernel.constant_metric)
-
-
-def _check_vars(sampler: str, kernel: Kernel, vars: list[TensorVariable], model) -> None:
-    """Refuse variables the kernel cannot move: spheres for a Euclidean one, discrete ones."""
-    if not kernel.supports_spheres:
-        spheres = [v.name for v in vars if is_sphere_valued(model, v)]
-        if spheres:
-            raise ValueError(
-                f"{sampler} moves variables on straight lines, but these live on spheres: "
-                f"{spheres}. Sample them with a geodesic sampler, pmsg.SGGMC or "
-                "pmsg.GSGNHT (alone, or in a list next to this one for the other variables)."
-            )
-    discrete = [v.name for v in vars if v.dtype not in continuous_types]
-    if discrete:
-        raise ValueError(
-            f"{sampler} needs gradients, but these variables are discrete: {discrete}. "
-            f"Assign them to another sampler, e.g. step=[pmsg.{sampler}(vars=[...continuous"
-            "...]), pm.Metropolis(vars=[...discrete...])], or pass only continuous variables."
-        )

@@ -126,10 +126,10 @@ ANCHORED_GRADIENTS = ("control_variates", "svrg")
 class CompiledTrajectory:
     """One compiled trajectory with named inputs and outputs.
 
-    Call it with the inputs in :attr:`input_names` order (as
-    :meth:`~pymc_sgmcmc.sampling.step.StochasticGradientStep.trajectory_inputs` returns them);
-    it returns the outputs in :attr:`output_names` order. :meth:`named` does the same with
-    dictionaries.
+    :meth:`named` runs it with the inputs by name (as
+    :meth:`~pymc_sgmcmc.sampling.step.StochasticGradientStep.trajectory_inputs` returns
+    them) and returns the outputs by name; calling it directly takes and returns them in
+    :attr:`input_names` and :attr:`output_names` order.
 
     Inputs: ``position``, ``state.<field>`` for the kernel's other state fields,
     ``params.<path>`` for every array of its parameters, ``anchor.position``,
@@ -161,11 +161,12 @@ class CompiledTrajectory:
 
     def named(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the trajectory with named inputs; return the outputs by name."""
-        missing = set(self.input_names) - set(inputs)
-        if missing:
-            raise TypeError(f"missing trajectory inputs: {sorted(missing)}")
-        outputs = self.function(*(inputs[name] for name in self.input_names))
-        return dict(zip(self.output_names, outputs, strict=True))
+        try:
+            ordered = [inputs[name] for name in self.input_names]
+        except KeyError as error:
+            missing = sorted(set(self.input_names) - set(inputs))
+            raise TypeError(f"missing trajectory inputs: {missing}") from error
+        return dict(zip(self.output_names, self.function(*ordered), strict=True))
 
 
 def _symbolic_like(name: str, value: Any, dtype: str) -> Variable:

@@ -1,0 +1,196 @@
+"""Gradient estimators as values the step holds, one per ``gradient=`` choice.
+
+An estimator says what the compiled trajectory needs from it (:attr:`name` selects the
+symbolic estimator, :meth:`inputs` its arrays), when its anchor moves
+(:meth:`next_anchor`) and how its own noise is measured (:meth:`noise_variance`). The
+chain's current anchor is state of the chain, kept by the step (so that PyMC's
+``sampling_state`` covers it) and passed in; an estimator holds only what is fixed for
+the step method: its full-data passes and the anchor a chain starts from.
+
+Protocol, in five lines:
+
+- ``name``, ``anchored``: the symbolic estimator of the trajectory, and whether it has an anchor;
+- ``initial_anchor``: the anchor a chain starts from (``None``: none, or SVRG's first move);
+- ``next_anchor(anchor, position, iteration)``: the anchor of this trajectory;
+- ``inputs(anchor)``: its arrays of the compiled trajectory, by input name;
+- ``noise_variance(position, anchor, rng, n_rows, metric)``: one whitened noise measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from pymc_sgmcmc.gradients.full_data import Anchor
+
+
+class DataPasses(Protocol):
+    """Full-data and subsample passes over the model's rows (the glue's mode finder)."""
+
+    rows_touched: int
+
+    def full_pass(self, position: np.ndarray) -> tuple[float, np.ndarray]:
+        """Full-data log density and gradient."""
+
+    def subsample_pass(
+        self, position: np.ndarray, rows: list[np.ndarray]
+    ) -> tuple[float, np.ndarray]:
+        """Log density and gradient on the given rows of each minibatch group."""
+
+
+class Whitening(Protocol):
+    """What whitens a gradient: ``L⁻¹g`` for the mass ``M = LLᵀ``."""
+
+    def whiten(self, vector: np.ndarray) -> np.ndarray:
+        """``L⁻¹ vector``."""
+
+
+class MinibatchEstimator:
+    """The plain minibatch estimator: no anchor, no inputs of its own.
+
+    Parameters
+    ----------
+    passes : callable
+        Returns the model's :class:`DataPasses` (built on first use: it compiles).
+    batch_sizes : list of int
+        Rows per minibatch, one per ``pm.Minibatch`` call.
+    sampler : str
+        The sampler's name, for messages.
+    every : int
+        Iterations between moves of an anchor that follows the chain (SVRG).
+    """
+
+    name: ClassVar[str] = "minibatch"
+    anchored: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        passes: Callable[[], DataPasses],
+        batch_sizes: list[int],
+        sampler: str,
+        every: int = 100,
+    ) -> None:
+        self.passes = passes
+        self.batch_sizes = list(batch_sizes)
+        self.sampler = sampler
+        self.every = int(every)
+        self.initial_anchor: Anchor | None = None
+
+    def next_anchor(self, anchor: Anchor | None, position: np.ndarray, iteration: int):
+        """The anchor of the trajectory that starts at ``position`` (unchanged here)."""
+        return anchor
+
+    def inputs(self, anchor: Anchor | None) -> dict[str, np.ndarray]:
+        """Arrays of the compiled trajectory that belong to the estimator."""
+        return {}
+
+    def data_replaced(self) -> None:
+        """The data changed (``pm.set_data``): what was computed from them is stale."""
+
+    def noise_variance(
+        self,
+        position: np.ndarray,
+        anchor: Anchor | None,
+        rng: np.random.Generator,
+        n_rows: list[int],
+        metric: Whitening,
+    ) -> np.ndarray:
+        """One measurement of the estimate's variance at ``position``, whitened.
+
+        Two independent minibatches (of the sampler's batch sizes, rows from ``rng``) give
+        two estimates ``g₁``, ``g₂`` of the gradient; ``d = L⁻¹(g₁ − g₂)`` with ``M = LLᵀ``
+        and ``d²/2`` is an unbiased estimate of ``diag(L⁻¹VL⁻ᵀ)``.
+        """
+        draws = [
+            [rng.integers(0, n, size=b) for n, b in zip(n_rows, self.batch_sizes, strict=True)]
+            for _ in range(2)
+        ]
+        difference = self._difference(position, anchor, draws)
+        return np.asarray(metric.whiten(difference), dtype=float) ** 2 / 2.0
+
+    def _difference(
+        self, position: np.ndarray, anchor: Anchor | None, draws: list[list[np.ndarray]]
+    ) -> np.ndarray:
+        passes = self.passes()
+        first, second = (passes.subsample_pass(position, rows)[1] for rows in draws)
+        return first - second
+
+    def anchor_at(self, position: np.ndarray, what: str) -> Anchor:
+        """An anchor at ``position``: one full-data pass there, refused where not finite."""
+        logp, gradient = self.passes().full_pass(position)
+        if not (np.isfinite(logp) and np.all(np.isfinite(gradient))):
+            raise ValueError(
+                f"{self.sampler}: the full-data log density or its gradient is not finite "
+                f"at the {what} point (log p = {logp}), so control variates cannot be "
+                "anchored there. Pass an anchor inside the support, e.g. pmsg.find_mode()."
+            )
+        return Anchor(np.asarray(position), float(logp), gradient)
+
+
+class ControlVariates(MinibatchEstimator):
+    """Control variates at a fixed anchor ``θ̂`` (the mode by default).
+
+    ``∇log p̃_b(θ) − ∇log p̃_b(θ̂) + ∇log p(θ̂)``: both minibatch terms on the same rows
+    (:class:`~pymc_sgmcmc.gradients.control_variates.ControlVariateGradient`).
+    """
+
+    name: ClassVar[str] = "control_variates"
+    anchored: ClassVar[bool] = True
+
+    def inputs(self, anchor: Anchor | None) -> dict[str, np.ndarray]:  # noqa: D102
+        dtype = anchor.position.dtype
+        return {
+            "anchor.position": anchor.position,
+            "anchor.logp": np.asarray(anchor.logp, dtype=dtype),
+            "anchor.gradient": anchor.gradient,
+        }
+
+    def data_replaced(self) -> None:
+        """The anchor's full-data gradient belongs to the old data: a new pass there."""
+        if self.initial_anchor is not None:
+            self.initial_anchor = self.anchor_at(self.initial_anchor.position, "anchor")
+
+    def _difference(
+        self, position: np.ndarray, anchor: Anchor | None, draws: list[list[np.ndarray]]
+    ) -> np.ndarray:
+        difference = super()._difference(position, anchor, draws)
+        if anchor is not None:
+            difference -= super()._difference(anchor.position, None, draws)
+        return difference
+
+
+class SVRG(ControlVariates):
+    """SVRG (Dubey et al.): control variates whose anchor moves to the chain.
+
+    The first trajectory anchors at the chain's start, then every ``every`` iterations at
+    the chain's state (one full-data pass each).
+    """
+
+    name: ClassVar[str] = "svrg"
+
+    def next_anchor(self, anchor: Anchor | None, position: np.ndarray, iteration: int):  # noqa: D102
+        if anchor is None or (iteration > 0 and iteration % self.every == 0):
+            return self.anchor_at(position, "chain's")
+        return anchor
+
+
+ESTIMATORS: dict[str, type[MinibatchEstimator]] = {
+    cls.name: cls for cls in (MinibatchEstimator, ControlVariates, SVRG)
+}
+"""The estimators by their ``gradient=`` name."""
+
+
+def make_estimator(
+    name: str,
+    passes: Callable[[], DataPasses],
+    batch_sizes: list[int],
+    sampler: str,
+    anchor_every: int = 100,
+) -> MinibatchEstimator:
+    """The estimator called ``name`` (``"minibatch"``, ``"control_variates"``, ``"svrg"``).
+
+    Its ``initial_anchor`` is set by the start-up (the mode, or the user's point).
+    """
+    return ESTIMATORS[name](passes, batch_sizes, sampler, every=anchor_every)

@@ -1,0 +1,115 @@
+"""The step method's arguments, checked before anything is built.
+
+Each check raises with the problem and the fix, before sampling starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pymc.vartypes import continuous_types
+from pytensor.tensor.variable import TensorVariable
+
+from pymc_sgmcmc.core.validation import check_choice
+from pymc_sgmcmc.kernels.base import Kernel
+from pymc_sgmcmc.sampling.model_graph import is_sphere_valued
+from pymc_sgmcmc.sampling.trajectory import ROWS
+
+START_CHOICES = ("auto", "laplace", "initial_point")
+
+
+def _positive_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | np.integer) and value >= 1
+
+
+def check_sampled_vars(sampler: str, kernel: Kernel, vars: list[TensorVariable], model) -> None:
+    """Refuse variables the kernel cannot move: spheres for a Euclidean one, discrete ones."""
+    if not kernel.supports_spheres:
+        spheres = [v.name for v in vars if is_sphere_valued(model, v)]
+        if spheres:
+            raise ValueError(
+                f"{sampler} moves variables on straight lines, but these live on spheres: "
+                f"{spheres}. Sample them with a geodesic sampler, pmsg.SGGMC or "
+                "pmsg.GSGNHT (alone, or in a list next to this one for the other variables)."
+            )
+    discrete = [v.name for v in vars if v.dtype not in continuous_types]
+    if discrete:
+        raise ValueError(
+            f"{sampler} needs gradients, but these variables are discrete: {discrete}. "
+            f"Assign them to another sampler, e.g. step=[pmsg.{sampler}(vars=[...continuous"
+            "...]), pm.Metropolis(vars=[...discrete...])], or pass only continuous variables."
+        )
+
+
+def check_model_has_continuous_vars(sampler: str, model) -> None:
+    """Refuse a model with nothing for a gradient sampler to sample."""
+    if not model.value_vars:
+        raise ValueError(
+            f"{sampler}: the model has no free random variables, so there is "
+            "nothing to sample. Add unobserved random variables (priors) to the "
+            "model, or use pm.sample_prior_predictive for a model of data only."
+        )
+    if not model.continuous_value_vars:
+        raise ValueError(
+            f"{sampler} samples continuous variables only, and the model has "
+            "none. Let pm.sample choose a sampler (e.g. Metropolis) for discrete "
+            "variables."
+        )
+
+
+def check_step_arguments(
+    sampler: str,
+    kernel: Kernel,
+    *,
+    step_size: Any,
+    n_steps: Any,
+    minibatch: str,
+    start: str,
+    anchor_every: Any,
+    mass: Any,
+    mass_adapter: Any,
+) -> None:
+    """The generic step's own arguments (the kernel's are checked where they are made)."""
+    if not _positive_int(n_steps):
+        raise ValueError(
+            f"n_steps must be a positive integer (integrator steps per draw), got "
+            f"{n_steps!r}. The seeds use n_steps=10."
+        )
+    check_choice(
+        "minibatch",
+        minibatch,
+        tuple(ROWS),
+        "'step' draws fresh rows for every gradient, 'trajectory' one set per draw.",
+    )
+    if isinstance(step_size, str) and step_size != "auto":
+        raise TypeError(
+            f"step_size must be a real number, a schedule or 'auto', got {step_size!r}."
+        )
+    if isinstance(step_size, str) and kernel.default_step_size is None:
+        raise ValueError(
+            f"{sampler} has no automatic step size yet: pass step_size= "
+            "(a positive number or a schedule)."
+        )
+    check_choice(
+        "start",
+        start,
+        START_CHOICES,
+        "'laplace' draws each chain's start from the Laplace approximation at the mode.",
+    )
+    if not _positive_int(anchor_every):
+        raise ValueError(
+            f"anchor_every must be a positive integer (iterations between SVRG's anchor "
+            f"moves), got {anchor_every!r}."
+        )
+    if mass_adapter is not None and mass_adapter.needs_gradient and not kernel.gradient_at_end:
+        raise TypeError(
+            f"{type(mass_adapter).__name__} needs the gradient at the kept position, "
+            f"which the {kernel.name} kernel does not evaluate."
+        )
+    if kernel.metric == "position_dependent" and (mass is not None or mass_adapter is not None):
+        raise TypeError(
+            f"{sampler} moves with a position-dependent metric G(θ), so it "
+            "has no constant mass: pass metric= (a function of the position) instead of "
+            "mass= or a mass adapter."
+        )

@@ -1,0 +1,102 @@
+"""The gradient noise a chain measures, and the check of plain minibatches before sampling.
+
+The estimator measures its own noise (its ``noise_variance``); here is when a chain
+measures it (:func:`probe_due`), and what a plain minibatch's
+noise at the mode says about the step a sampler can take (:func:`plain_minibatch_warning`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pymc_sgmcmc.adaptation.step_size import (
+    NOISE_TOLERANCE,
+    acceptance_limited_step_size,
+    noise_limited_step_size,
+)
+
+NOISE_PROBES_AT_START = 8
+"""Gradient-noise measurements at a chain's start and after each change of the metric."""
+
+NOISE_LIMITED_SLOWDOWN = 10.0
+"""A noise-capped step this many times below the kernel's default warns before sampling."""
+
+NOISE_PROBE_EVERY = {True: 5, False: 20}
+"""Iterations between gradient-noise measurements, during tuning and after it."""
+
+
+def probe_due(iteration: int, tune: bool, probes: int) -> bool:
+    """Whether a chain measures its gradient noise before this iteration's trajectory."""
+    return probes == 0 or iteration % NOISE_PROBE_EVERY[bool(tune)] == 0
+
+
+def noise_limited_slowdown(
+    noise: np.ndarray,
+    *,
+    default_step_size: float,
+    damping: float,
+    metropolis: bool,
+    n_steps: int,
+    target_accept: float,
+) -> tuple[float, float, str]:
+    """How many times below its default the measured noise caps the step.
+
+    For a kernel that injects noise, the cap keeps the gradient noise within
+    ``NOISE_TOLERANCE`` of the chain's temperature (:func:`noise_limited_step_size`); for
+    one with a Metropolis test, it lets the energy error the noise adds alone still reach
+    the acceptance target (:func:`acceptance_limited_step_size`). Returns the slowdown,
+    the cap and what bounds it, in words.
+    """
+    if not metropolis:
+        cap = noise_limited_step_size(noise, damping)
+        bound = f"so that it adds at most {NOISE_TOLERANCE:.0%} to the chain's temperature"
+    else:
+        cap = acceptance_limited_step_size(noise, n_steps, target_accept)
+        bound = (
+            f"so that the energy error it adds over {n_steps} leapfrog steps "
+            f"still lets {target_accept:.0%} of the trajectories be accepted"
+        )
+    return default_step_size / cap, cap, bound
+
+
+def plain_minibatch_warning(
+    sampler: str,
+    *,
+    slowdown: float,
+    cap: float,
+    bound: str,
+    default_step_size: float,
+    metropolis: bool,
+    n_steps: int,
+    batch_sizes: list[int],
+) -> str:
+    """The warning when plain minibatch noise caps the step far below the default.
+
+    The draws stay accurate in law but a chain moves that much less per gradient, and a
+    run of ordinary length is strongly autocorrelated (measured: at 10⁵ rows, SGHMC's cap
+    was 19× below its default and the means were 1.7 sds off after 2 × 2,000 draws; HMC's
+    min ESS was 2.6 after 2 × 3,000 draws). The fix costs about the slowdown in gradients,
+    its square with a Metropolis test (``ε ∝ 1/√(nV)`` there, ``1/V`` otherwise).
+    """
+    if metropolis:
+        fix = (
+            "gradient='control_variates' (the default: its noise at the mode is nil, "
+            "and the Metropolis test keeps the draws exact)"
+        )
+        factor = slowdown**2
+    else:
+        fix = "gradient='control_variates' (the default, exact at the mode)"
+        factor = slowdown
+    batches = ", ".join(str(b) for b in batch_sizes)
+    return (
+        f"{sampler}(gradient='minibatch'): at the mode, the minibatch gradient noise "
+        f"limits the step size to {cap:.3g} ({bound}), {slowdown:.0f}x below the "
+        f"default {default_step_size} of control-variate gradients. The "
+        f"draws keep the right law, but each moves about {slowdown:.0f}x less: a run "
+        "of ordinary length stays autocorrelated and its means and sds can be far off. "
+        f"Use {fix}, or pay for the plain estimator with about {factor:.0f}x the "
+        f"gradients: n_steps={math.ceil(n_steps * factor)} or a batch_size "
+        f"about {factor:.0f}x the present {batches}."
+    )

@@ -1,0 +1,152 @@
+"""Everything before the first draw: the estimator's choice, the mode, the anchor, the start.
+
+Deterministic for a given model and data: the mode search is seeded (0 unless
+``mode_kwargs`` says otherwise), because it runs when the step is built, before
+``pm.sample``'s ``random_seed`` exists. What is random per chain (the Laplace start) is
+drawn from the chain's generator by :func:`chain_start`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pymc_sgmcmc.core.validation import check_choice
+from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
+from pymc_sgmcmc.sampling.trajectory import ANCHORED_GRADIENTS, GRADIENTS
+
+MODE_SEARCH_DEFAULTS = {"adam_steps": 500, "learning_rate": 0.05, "maxiter": 1000, "gtol": 1e-8}
+"""The mode search's settings unless ``mode_kwargs`` says otherwise."""
+
+
+def choose_gradient(
+    sampler: str,
+    gradient: str,
+    *,
+    minibatched: bool,
+    spheres: bool,
+    allow_missing_total_size: bool,
+    anchor: Any,
+) -> str:
+    """The gradient estimator's name: the user's choice checked, or the default.
+
+    "auto" is "control_variates" for a model with ``pm.Minibatch`` data (and
+    ``total_size``, and no sphere variables), "minibatch" otherwise.
+    """
+    gradient = check_choice(
+        "gradient",
+        gradient,
+        ("auto", *GRADIENTS),
+        "'control_variates' anchors minibatch gradients at the mode, 'svrg' moves the "
+        "anchor along the chain, 'minibatch' is the plain estimator.",
+    )
+    if gradient == "auto":
+        usable = minibatched and not spheres and not allow_missing_total_size
+        return "control_variates" if usable else "minibatch"
+    if gradient in ANCHORED_GRADIENTS:
+        if not minibatched:
+            raise ValueError(
+                f"{sampler}(gradient={gradient!r}): the model has no pm.Minibatch data, so "
+                "every gradient is already exact and there is no noise to control. Use "
+                "gradient='minibatch' (the default for such a model)."
+            )
+        if allow_missing_total_size:
+            raise ValueError(
+                f"{sampler}(gradient={gradient!r}) needs total_size= on every observed "
+                "variable fed by pm.Minibatch: without it the minibatch density is not "
+                "an estimate of the full-data one that the anchor's gradient comes from."
+            )
+        if gradient == "control_variates" and spheres and anchor is None:
+            raise ValueError(
+                f"{sampler}(gradient='control_variates') needs anchor= (a point of the "
+                "model with unit vectors for the sphere variables): the mode finder "
+                "does not search on spheres. Or use gradient='svrg', whose anchor "
+                "follows the chain."
+            )
+    return gradient
+
+
+def find_start_mode(
+    finder: ModeFinder,
+    vars: list,
+    initial_point: dict[str, np.ndarray],
+    dtype: Any,
+    options: dict[str, Any],
+    curvature: bool,
+) -> ModeResult:
+    """The mode (and, with ``curvature``, the Laplace covariance) before sampling."""
+    options = dict(options)
+    options.setdefault("curvature", curvature)
+    options.setdefault("progressbar", True)
+    # Deterministic by default: the mode search runs before pm.sample's random_seed
+    # exists, and an unseeded search gave every new step a slightly different anchor.
+    rng = np.random.default_rng(options.pop("random_seed", 0))
+    options.pop("chunk_rows", None)  # the finder's, already applied
+    point = initial_point
+    start = options.pop("start", None)
+    if start is not None:
+        point = {**point, **start}
+    x0 = np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(dtype)
+    unknown = set(options) - {*MODE_SEARCH_DEFAULTS, "curvature", "progressbar"}
+    if unknown:
+        raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
+    return search_mode(finder, x0, point, rng=rng, **(MODE_SEARCH_DEFAULTS | options))
+
+
+def anchor_position(
+    sampler: str, anchor: Any, vars: list, initial_point: dict[str, np.ndarray], dtype: Any
+) -> np.ndarray:
+    """The user's ``anchor=`` (a point by value-variable name, or a mode) as a flat vector."""
+    if isinstance(anchor, ModeResult):
+        return np.asarray(anchor.position, dtype=dtype)
+    if not isinstance(anchor, dict):
+        raise TypeError(
+            f"{sampler}: anchor= must be a point (dict by value-variable name) or the "
+            f"result of pmsg.find_mode(), got {type(anchor).__name__}."
+        )
+    missing = [v.name for v in vars if v.name not in anchor]
+    if missing:
+        raise ValueError(
+            f"{sampler}: anchor= lacks the sampled variables {missing}. Pass a point "
+            "of the model by value-variable name, e.g. pmsg.find_mode()."
+        )
+    parts = []
+    for v in vars:
+        value = np.asarray(anchor[v.name], dtype=dtype)
+        expected = np.shape(initial_point[v.name])
+        if value.shape != expected:
+            raise ValueError(
+                f"{sampler}: anchor[{v.name!r}] has shape {value.shape}, the variable "
+                f"{expected}. Pass a point of the model, e.g. pmsg.find_mode()."
+            )
+        parts.append(value.ravel())
+    return np.concatenate(parts)
+
+
+def chain_start(
+    position: np.ndarray,
+    *,
+    start: str,
+    mode: ModeResult | None,
+    default: np.ndarray,
+    rng: np.random.Generator,
+    dtype: Any,
+) -> np.ndarray:
+    """Where a chain starts: a draw from the Laplace approximation, or ``position``.
+
+    ``start="auto"`` draws from the Laplace approximation when a mode with its covariance
+    was found and the chain starts at the model's initial point ``default`` (a user who
+    chose the start with ``initvals`` keeps it).
+    """
+    if start == "initial_point" or mode is None or mode.covariance is None:
+        return position
+    if start == "auto" and not np.array_equal(position, default):
+        return position
+    covariance = mode.covariance
+    z = rng.standard_normal(position.size)
+    if covariance.ndim == 1:
+        offset = np.sqrt(covariance) * z
+    else:
+        offset = np.linalg.cholesky(covariance) @ z
+    return (mode.position + offset).astype(dtype)
