@@ -17,7 +17,7 @@ import pytest
 from helpers import compiled, draws_of, sample, stat
 
 import pymc_sgmcmc as pmsg
-from pymc_sgmcmc.sampling import SAMPLERS, StochasticGradientStep
+from pymc_sgmcmc.sampling import SAMPLERS, StochasticGradientStep, samplers
 from pymc_sgmcmc.sampling.trajectory import GRADIENTS
 
 
@@ -47,6 +47,8 @@ def test_every_public_sampler_is_registered():
         and issubclass(getattr(pmsg, name), StochasticGradientStep)
     }
     assert public == set(SAMPLERS)
+    # The static list the documentation reads names exactly the registered ones.
+    assert sorted(samplers.__all__) == sorted(cls.__name__ for cls in SAMPLERS)
 
 
 @pytest.fixture(scope="module")

@@ -70,7 +70,7 @@ class MassEM(Adapter):
     mass_structure : {"diag", "dense"}, optional
         Structure of the learned mass. By default "diag", or "dense" when
         ``initial_mass`` is a matrix or the sampler starts from a dense Laplace
-        covariance (:meth:`precondition`).
+        covariance (:meth:`~pymc_sgmcmc.adaptation.em.MassEM.precondition`).
     mass_estimator : {"position", "momentum"}, default "position"
         ``M_I^est`` of the M step: the covariance of the stored positions, or (the
         paper's) the inverse covariance of the stored momenta. See ``docs/em.md`` for

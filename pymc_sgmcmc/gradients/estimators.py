@@ -1,8 +1,8 @@
 """Gradient estimators as values the step holds, one per ``gradient=`` choice.
 
-An estimator says what the compiled trajectory needs from it (:attr:`name` selects the
-symbolic estimator, :meth:`inputs` its arrays), when its anchor moves
-(:meth:`next_anchor`) and how its own noise is measured (:meth:`noise_variance`). The
+An estimator says what the compiled trajectory needs from it (``name`` selects the
+symbolic estimator, ``inputs`` its arrays), when its anchor moves (``next_anchor``) and
+how its own noise is measured (``noise_variance``). The
 chain's current anchor is state of the chain, kept by the step (so that PyMC's
 ``sampling_state`` covers it) and passed in; an estimator holds only what is fixed for
 the step method: its full-data passes and the anchor a chain starts from.

@@ -103,6 +103,11 @@ class Kernel:
         adapter learn, and whitens the measured gradient noise with. "position_dependent":
         the sampler's own ``G(θ)`` (:class:`~pymc_sgmcmc.metrics.PositionDependentMetric`),
         which the glue leaves alone and refuses ``mass=`` for. "none": no metric field.
+    validate : callable, optional
+        ``(params, target, position, point, sampler) -> None``: refuse parameters that
+        cannot work on this model, once, when the sampler is built (``target``: the
+        full-data target, a function of the symbolic flat ``position``; ``point``: the
+        initial position; ``sampler``: the class name, for the message).
     estimated_noise : str, optional
         A parameter the glue sets from the measured gradient noise during tuning when
         the user passes "auto" (SGHMC's ``noise_estimate``).
@@ -145,6 +150,7 @@ class Kernel:
     checked_stats: tuple[str, ...] = ()
     metric: str = "none"
     estimated_noise: str | None = None
+    validate: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
         if self.state_type._fields[0] != "position":

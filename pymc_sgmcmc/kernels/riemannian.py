@@ -196,8 +196,73 @@ def rhmc_stats(state: RHMCState, params: RHMCParams) -> dict:
     }
 
 
+LOG_DET_LIMIT = 700.0
+"""The largest ``|log |G||`` at which SGR-NPHMC's thermostat mass ``|G|`` is a float."""
+
+
+def metric_log_det_at(
+    params: Any, target: Target, position: Any, point: Any, sampler: str
+) -> float:
+    """Evaluate ``G`` once at ``point``; refuse a wrong shape or a non-SPD value.
+
+    ``target`` is the full-data target, ``position`` the symbolic flat position it is a
+    function of. Returns ``log |G|`` there.
+    """
+    import pytensor
+
+    dim = int(np.size(point))
+    fix = (
+        f"metric= must return G(θ) as a positive vector of length {dim} (diagonal) or a "
+        f"symmetric positive-definite {dim}x{dim} matrix, finite at the initial point; "
+        "e.g. pass metric=None for the SoftAbs of the Hessian's diagonal, or make a "
+        "diagonal positive with pt.exp or pt.softplus."
+    )
+    try:
+        g = params.metric.matrix(position, target)
+        fn = pytensor.function([position], g, on_unused_input="ignore")
+    except Exception as error:
+        raise ValueError(f"{sampler}: the metric could not be built ({error}). {fix}") from error
+    value = np.asarray(fn(point), dtype=float)
+    if value.shape not in ((dim,), (dim, dim)):
+        raise ValueError(f"{sampler}: the metric has shape {value.shape}, not ({dim},). {fix}")
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"{sampler}: the metric is not finite at the initial point. {fix}")
+    if value.ndim == 1:
+        positive = bool(np.all(value > 0))
+    else:
+        symmetric = np.allclose(value, value.T, rtol=1e-8, atol=1e-12 * np.abs(value).max())
+        positive = symmetric and bool(np.all(np.linalg.eigvalsh(value) > 0))
+    if not positive:
+        raise ValueError(
+            f"{sampler}: the metric is not positive definite at the initial point. {fix}"
+        )
+    if value.ndim == 1:
+        return float(np.log(value).sum())
+    return float(np.linalg.slogdet(value)[1])
+
+
+def rhmc_validate(params: Any, target: Target, position: Any, point: Any, sampler: str) -> None:
+    """RHMC's metric, evaluated once at the initial point (:func:`metric_log_det_at`)."""
+    metric_log_det_at(params, target, position, point, sampler)
+
+
+def np_validate(params: Any, target: Target, position: Any, point: Any, sampler: str) -> None:
+    """SGR-NPHMC's metric as RHMC's, and a thermostat mass ``|G|`` that is a float."""
+    log_det = metric_log_det_at(params, target, position, point, sampler)
+    # The thermostat's mass is |G(θ)| itself (eq. 1): q ~ N(0, kT |G|) overflows, and
+    # |G|⁻¹ underflows, once log |G| leaves about ±700.
+    if abs(log_det) > LOG_DET_LIMIT:
+        raise ValueError(
+            f"{sampler}: log |G(θ)| = {log_det:.4g} at the initial point; the thermostat "
+            f"mass |G| of eq. 1 is then outside floating point (|log |G|| must stay "
+            f"below {LOG_DET_LIMIT:g}). Pass a metric with smaller entries (e.g. scaled "
+            "by a constant), fewer variables, or use RHMC or SGNPHMC."
+        )
+
+
 RHMC = Kernel(
     metric="position_dependent",
+    validate=rhmc_validate,
     name="rhmc",
     state_type=RHMCState,
     params_type=RHMCParams,
@@ -494,4 +559,5 @@ SGRNPHMC = Kernel(
     default_step_size=0.2,
     checked_stats=("kinetic_temperature",),
     metric="position_dependent",
+    validate=np_validate,
 )

@@ -1,19 +1,22 @@
 """The gradient noise a chain measures, and the check of plain minibatches before sampling.
 
 The estimator measures its own noise (its ``noise_variance``); here is when a chain
-measures it (:func:`probe_due`), and what a plain minibatch's
+measures it (:class:`NoiseMonitor`), and what a plain minibatch's
 noise at the mode says about the step a sampler can take (:func:`plain_minibatch_warning`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 
 from pymc_sgmcmc.adaptation.step_size import (
     NOISE_TOLERANCE,
     acceptance_limited_step_size,
+    gradient_noise_ratio,
     noise_limited_step_size,
 )
 
@@ -27,9 +30,50 @@ NOISE_PROBE_EVERY = {True: 5, False: 20}
 """Iterations between gradient-noise measurements, during tuning and after it."""
 
 
-def probe_due(iteration: int, tune: bool, probes: int) -> bool:
-    """Whether a chain measures its gradient noise before this iteration's trajectory."""
-    return probes == 0 or iteration % NOISE_PROBE_EVERY[bool(tune)] == 0
+@dataclass_state
+class NoiseMonitorState(DataClassState):
+    """A chain's gradient-noise measurements so far."""
+
+    total: Any
+    probes: int
+
+
+class NoiseMonitor(WithSamplingState):
+    """The gradient noise one chain has measured: the mean whitened variance.
+
+    Reset when the metric changes (the variance is in its units) and when tuning ends
+    (measured afresh at the frozen step and metric); PyMC's ``sampling_state`` carries it.
+    """
+
+    _state_class = NoiseMonitorState
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every measurement."""
+        self.total = np.zeros(self.dim)
+        self.probes = 0
+
+    def due(self, iteration: int, tune: bool) -> bool:
+        """Whether the chain measures before this iteration's trajectory."""
+        return self.probes == 0 or iteration % NOISE_PROBE_EVERY[bool(tune)] == 0
+
+    def add(self, variance: np.ndarray) -> None:
+        """One measurement (a non-finite one, far out in a tail, is left out)."""
+        if np.all(np.isfinite(variance)):
+            self.total = self.total + variance
+            self.probes += 1
+
+    def mean(self) -> np.ndarray | None:
+        """The mean whitened variance per coordinate; None before any measurement."""
+        return self.total / self.probes if self.probes else None
+
+    def ratio(self, step_size: float, damping: float) -> float:
+        """``B̂/C`` at ``step_size`` (:func:`gradient_noise_ratio`); NaN before any measurement."""
+        mean = self.mean()
+        return np.nan if mean is None else gradient_noise_ratio(step_size, mean, damping)
 
 
 def noise_limited_slowdown(

@@ -32,11 +32,12 @@ from rich.table import Column
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize, StepSizeAdapter, gradient_noise_ratio
+from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize, StepSizeAdapter
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
 from pymc_sgmcmc.gradients.estimators import make_estimator
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.gradients.graphs import FlatLogp
+from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
 from pymc_sgmcmc.metrics.euclidean import euclidean_metric, metric_from_inverse
 from pymc_sgmcmc.sampling import arguments, noise, startup
@@ -77,8 +78,7 @@ class StochasticGradientState(StepMethodState):
     step_size_adapter: Any
     mass_adapter: Any
     anchor: Any
-    noise_sum: Any
-    noise_probes: int
+    noise: Any
     draw_stats: dict
 
 
@@ -254,6 +254,12 @@ class StochasticGradientStep(ArrayStepShared):
         self._learning_adapters = tuple(a for a in self._adapters if a.learns)
         self._tune_iterations = self._draw_iterations = 0
         self._reset_chain()
+        if kernel.validate is not None:
+            logp = full_data_logp(model, self._flat, self.vars, self._initial_point)
+            point = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
+            position = self._flat.position
+            target = exact_target(logp, position)
+            kernel.validate(self.params, target, position, point.astype(self._dtype), name)
 
     def _kernel_parameters(self, kernel_params: dict | None, mass: Any) -> dict[str, Any]:
         """The kernel's fixed parameters: the user's, the metric from ``mass=``, the layout."""
@@ -517,17 +523,13 @@ class StochasticGradientStep(ArrayStepShared):
         self.refresh_pending = False
         self.position_gradient = None
         self.anchor = self.estimator.initial_anchor
-        self._reset_noise()
+        self.noise = noise.NoiseMonitor(self.dim)
         checked = (*self.kernel.checked_stats, *(("gradient_noise",) * self.kernel.measures_noise))
         self.draw_stats = {name: [] for name in checked}
         self.__dict__.pop("_chain", None)  # the tuning length may have changed
         for adapter in self._adapters:
             adapter.init_chain(self._chain_context())
         self._read_parameters()
-
-    def _reset_noise(self) -> None:
-        self.noise_sum = np.zeros(self.dim)
-        self.noise_probes = 0
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         """Re-seed from the chain's generator and reset the chain's state."""
@@ -555,7 +557,7 @@ class StochasticGradientStep(ArrayStepShared):
             adapter.finalize()
         self._read_parameters()
         self.consecutive_divergences = 0
-        self._reset_noise()  # measured afresh at the frozen step and metric
+        self.noise.reset()  # measured afresh at the frozen step and metric
 
     @staticmethod
     def competence(var, has_grad):
@@ -646,7 +648,8 @@ class StochasticGradientStep(ArrayStepShared):
         if kernel.stats_dtypes:
             stats.update(kernel.stats(kept.state, self.params._replace(step_size=step_size)))
         if kernel.measures_noise:
-            stats["gradient_noise"] = self._gradient_noise_ratio(step_size)
+            ratio = self.noise.ratio(step_size, self._noise_damping)
+            stats["gradient_noise"] = ratio if self._flat.groups else 0.0
         if self._learning_adapters:
             self._adapt(kept.state, kept.gradient, kept.diverging, kept.accept)
         stats.update(self.mass_adapter.stats() if self.mass_adapter else self._fixed_mass_stats)
@@ -659,7 +662,7 @@ class StochasticGradientStep(ArrayStepShared):
     def _noise_probe_due(self) -> bool:
         if not (self.kernel.measures_noise and self._flat.groups):
             return False
-        return noise.probe_due(self.iteration, self.tune, self.noise_probes)
+        return self.noise.due(self.iteration, self.tune)
 
     def gradient_noise_variance(
         self, position: np.ndarray, *, rng: np.random.Generator | None = None, metric=None
@@ -711,23 +714,12 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
         for _ in range(probes):
-            variance = self.gradient_noise_variance(position)
-            if np.all(np.isfinite(variance)):
-                self.noise_sum = self.noise_sum + variance
-                self.noise_probes += 1
-        if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize) and self.noise_probes:
-            self.step_size_adapter.set_noise_variance(self.noise_sum / self.noise_probes)
+            self.noise.add(self.gradient_noise_variance(position))
+        mean = self.noise.mean()
+        if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize) and mean is not None:
+            self.step_size_adapter.set_noise_variance(mean)
             if self._estimated_noise is not None:
                 self._read_parameters()
-
-    def _gradient_noise_ratio(self, step_size: float) -> float:
-        """``B̂/C`` of the measured noise at ``step_size`` (0 for exact gradients)."""
-        if not self._flat.groups:
-            return 0.0
-        if not self.noise_probes:
-            return np.nan
-        variance = self.noise_sum / self.noise_probes
-        return gradient_noise_ratio(step_size, variance, self._noise_damping)
 
     # -- after the trajectory --------------------------------------------------------
 
@@ -766,7 +758,7 @@ class StochasticGradientStep(ArrayStepShared):
             self.refresh_pending = self.kernel.refresh is not None
             # The step size was learned in the old metric's units.
             self.step_size_adapter.restart()
-            self._reset_noise()
+            self.noise.reset()
             if self._noise_probe_due():
                 self._measure_gradient_noise(state.position, noise.NOISE_PROBES_AT_START)
 
