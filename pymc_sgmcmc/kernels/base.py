@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from numbers import Number
 from typing import Any, NamedTuple
 
@@ -170,12 +171,12 @@ class Kernel:
         if unknown:
             raise TypeError(f"{self.name}: no parameter field {sorted(unknown)}.")
 
-    @property
+    @cached_property
     def constant_metric(self) -> bool:
         """Whether the kernel moves with a constant (Euclidean) mass."""
         return self.metric == "euclidean"
 
-    @property
+    @cached_property
     def measures_noise(self) -> bool:
         """Whether the glue measures its gradient noise (whitened by the constant mass).
 
@@ -184,7 +185,7 @@ class Kernel:
         """
         return self.step_noise and self.constant_metric
 
-    @property
+    @cached_property
     def resamples(self) -> tuple[str, ...]:
         """Fields of the state other than the position (what a restart draws afresh)."""
         return self.state_type._fields[1:]

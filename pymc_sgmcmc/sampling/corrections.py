@@ -70,8 +70,10 @@ class Trajectory(NamedTuple):
         The position the trajectory started from.
     end : NamedTuple
         The kernel's state at its end.
-    outputs : dict
-        The compiled call's outputs by name.
+    outputs : list
+        The compiled call's outputs.
+    index : dict
+        Where each output is in ``outputs``, by name.
     gradient : ndarray or None
         The last gradient, where the adapters asked for it.
     step_size : float
@@ -86,7 +88,8 @@ class Trajectory(NamedTuple):
     params: Any
     start: np.ndarray
     end: Any
-    outputs: dict[str, np.ndarray]
+    outputs: list[np.ndarray]
+    index: dict[str, int]
     gradient: np.ndarray | None
     step_size: float
     n_steps: int
@@ -116,10 +119,11 @@ class MetropolisTest:
 
     def apply(self, trajectory: Trajectory, rng: np.random.Generator) -> Outcome:
         """Accept the end with probability ``min(1, exp(H_start − H_end))``."""
-        kernel, outputs, end = trajectory.kernel, trajectory.outputs, trajectory.end
-        start = kernel.state_type(*(outputs[f"start.{n}"] for n in kernel.state_type._fields))
-        energy_start = float(outputs["energy_start"])
-        energy_end = float(outputs["energy_end"])
+        kernel, end = trajectory.kernel, trajectory.end
+        outputs, at = trajectory.outputs, trajectory.index
+        start = kernel.state_type(*(outputs[at[f"start.{n}"]] for n in kernel.state_type._fields))
+        energy_start = float(outputs[at["energy_start"]])
+        energy_end = float(outputs[at["energy_end"]])
         energy_error = energy_end - energy_start
         log_accept = metropolis_log_acceptance(energy_start, energy_end)
         finite = bool(np.isfinite(end.position).all() and all(np.isfinite(a).all() for a in end))
@@ -127,11 +131,11 @@ class MetropolisTest:
         accepted = finite and np.log(rng.uniform()) < log_accept
         gradient = trajectory.gradient
         if accepted:
-            kept, model_logp = end, float(outputs["logp_end"])
+            kept, model_logp = end, float(outputs[at["logp_end"]])
         else:
-            kept, model_logp = start, float(outputs["logp_start"])
+            kept, model_logp = start, float(outputs[at["logp_start"]])
             if gradient is not None:
-                gradient = outputs["start_gradient"]
+                gradient = outputs[at["start_gradient"]]
         accept = float(np.exp(log_accept))
         stats = {
             "accept": accept,
@@ -156,7 +160,7 @@ class DivergenceRestart:
         end = trajectory.end
         # One reduction instead of a pass per array: a sum is finite only if every term
         # is (a finite overflow to inf is a blown-up trajectory all the same).
-        total = float(trajectory.outputs["minibatch_logp"])
+        total = float(trajectory.outputs[trajectory.index["minibatch_logp"]])
         for field in end:
             total += field.sum()
         finite = math.isfinite(total)

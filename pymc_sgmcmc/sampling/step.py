@@ -15,7 +15,7 @@ that names its kernel and passes its parameters; it overrides nothing.
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from pymc.blocking import RaveledVars, StatsType
@@ -54,6 +54,9 @@ from pymc_sgmcmc.sampling.trajectory import (
     compile_trajectory,
 )
 
+_TRUE, _FALSE = np.asarray(True), np.asarray(False)
+_STALE = object()
+
 GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "step_size": (np.float64, []),
     "n_steps": (np.int64, []),
@@ -62,6 +65,18 @@ GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "divergences": (np.int64, []),
 }
 """Statistics of every sampler."""
+
+
+class DrawSlots(NamedTuple):
+    """Argument positions of the compiled trajectory's per-draw inputs (None: no such input)."""
+
+    position: int
+    state: list[int]
+    step_size: int
+    refresh: int | None
+    refresh_noise: int | None
+    noise: int | None
+    rows: list[int]
 
 
 @dataclass_state
@@ -238,6 +253,11 @@ class StochasticGradientStep(ArrayStepShared):
             dict.fromkeys(WindowedMass.stats_dtypes_shapes, 0) if kernel.constant_metric else {}
         )
         self._trajectory: CompiledTrajectory | None = None
+        self._state_names = [f"state.{n}" for n in kernel.resamples]
+        self._end_names = ["position", *self._state_names]
+        self._row_names = [f"rows_{k}" for k in range(len(self._flat.groups))]
+        self._unused_noise = np.zeros(self.dim, dtype=self._dtype)  # no refresh, no draw
+        self._params_at_key: tuple | None = None
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._checked_data = None
         self._check_data()
@@ -361,6 +381,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.params = self.kernel.params_type(**values)
         # Every array but the step size, by compiled input name.
         self._param_inputs = {f"params.{k}": v for k, v in tree_flatten(self.params)[1:]}
+        self._inputs_anchor = self._checked_anchor = _STALE  # assembled and checked again
 
     @property
     def mass(self):
@@ -443,7 +464,18 @@ class StochasticGradientStep(ArrayStepShared):
     def trajectory_function(self) -> CompiledTrajectory:
         """The compiled trajectory (compiled on first use, once per step method)."""
         if self._trajectory is None:
-            self._trajectory = self._compile()
+            self._trajectory = fn = self._compile()
+            slots = fn.slots
+            # Where each per-draw input goes, looked up by name once.
+            self._slots = DrawSlots(
+                position=slots["position"],
+                state=[slots[n] for n in self._state_names],
+                step_size=slots["params.step_size"],
+                refresh=slots.get("refresh"),
+                refresh_noise=slots.get("refresh_noise"),
+                noise=slots.get("noise"),
+                rows=[slots[n] for n in self._row_names],
+            )
         return self._trajectory
 
     def _compile(self) -> CompiledTrajectory:
@@ -585,29 +617,50 @@ class StochasticGradientStep(ArrayStepShared):
 
         Draws the normal noise and the minibatch rows from the chain's generator.
         """
-        kernel = self.kernel
+        names = self.trajectory_function.input_names
+        return dict(zip(names, self._trajectory_arguments(position, step_size), strict=True))
+
+    def _trajectory_arguments(self, position: np.ndarray, step_size: float) -> list[Any]:
+        """The compiled call's arguments, each in the slot of its input's name."""
+        fn = self.trajectory_function
         if self.kernel_state is None:
             self.kernel_state = self._fresh_state(position)
             self.refresh_pending = False
-        inputs = {"position": position}
-        names = [f"state.{n}" for n in kernel.resamples]
-        inputs.update(zip(names, self.kernel_state[1:], strict=True))
-        inputs["params.step_size"] = np.asarray(step_size, dtype=self._dtype)
-        inputs.update(self._param_inputs)
-        inputs.update(self.estimator.inputs(self.anchor))
-        if kernel.refresh is not None:
+        if self.anchor is not self._inputs_anchor:
+            # Parameters and anchor change rarely: their slots are filled once each.
+            self._arguments = [None] * len(fn.slots)
+            for name, value in (self._param_inputs | self.estimator.inputs(self.anchor)).items():
+                self._arguments[fn.slots[name]] = value
+            self._inputs_anchor = self.anchor
+        args, at = self._arguments.copy(), self._slots
+        args[at.position] = position
+        for k, value in zip(at.state, self.kernel_state[1:], strict=True):
+            args[k] = value
+        args[at.step_size] = np.asarray(step_size, dtype=self._dtype)
+        if at.refresh is not None:
             refresh = self.refresh_every_trajectory or self.refresh_pending
-            inputs["refresh"] = np.asarray(refresh)
+            args[at.refresh] = _TRUE if refresh else _FALSE
             # Without a refresh its noise is not used: no draw for it.
-            inputs["refresh_noise"] = self._normal(self.dim) if refresh else self._unused
-        if kernel.step_noise:
-            inputs["noise"] = self._normal(self.n_steps, self.dim + kernel.step_noise_extra)
-        inputs.update((f"rows_{k}", rows) for k, rows in enumerate(self.draw_rows()))
-        return inputs
+            args[at.refresh_noise] = self._normal(self.dim) if refresh else self._unused_noise
+        if at.noise is not None:
+            args[at.noise] = self._normal(self.n_steps, self.dim + self.kernel.step_noise_extra)
+        integers = self.rng.integers
+        for k, n, shape in zip(at.rows, self._n_rows, fn.row_shapes, strict=True):
+            args[k] = integers(0, n, size=shape)
+        if self._inputs_anchor is not self._checked_anchor:
+            missing = [name for name, k in fn.slots.items() if args[k] is None]
+            if missing:
+                raise TypeError(f"missing trajectory inputs: {missing}")
+            self._checked_anchor = self._inputs_anchor
+        return args
 
-    @property
-    def _unused(self) -> np.ndarray:
-        return np.zeros(self.dim, dtype=self._dtype)
+    def _params_at(self, step_size: float) -> Any:
+        """The parameters with the trajectory's step size (for the kernel's statistics)."""
+        cached = self._params_at_key
+        if cached is None or cached[0] is not self.params or cached[1] != step_size:
+            self._params_at_key = (self.params, step_size)
+            self._params_at_value = self.params._replace(step_size=step_size)
+        return self._params_at_value
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
@@ -624,15 +677,14 @@ class StochasticGradientStep(ArrayStepShared):
             probes = noise.NOISE_PROBES_AT_START if self.iteration == 0 else 1
             self._measure_gradient_noise(q0.data, probes)
         step_size = self.step_size_adapter.current(self.iteration, self.rng)
-        outputs = fn.named(**self.trajectory_inputs(q0.data, step_size))
+        outputs = fn(*self._trajectory_arguments(q0.data, step_size))
         self.refresh_pending = False
         self.iteration += 1
-        end = kernel.state_type(
-            outputs["position"], *(outputs[f"state.{n}"] for n in kernel.resamples)
-        )
-        gradient = outputs["gradient"] if self._record_gradient else None
+        at = fn.index
+        end = kernel.state_type(*[outputs[at[n]] for n in self._end_names])
+        gradient = outputs[at["gradient"]] if self._record_gradient else None
         trajectory = Trajectory(
-            kernel, self.params, q0.data, end, outputs, gradient, step_size, self.n_steps,
+            kernel, self.params, q0.data, end, outputs, at, gradient, step_size, self.n_steps,
             self._fresh_state,
         )  # fmt: skip
         kept = self.correction.apply(trajectory, self.rng)
@@ -643,16 +695,17 @@ class StochasticGradientStep(ArrayStepShared):
         self.kernel_state, self.position_gradient = kept.state, kept.gradient
         stats: dict[str, Any] = {"step_size": step_size, "n_steps": self.n_steps, **kept.stats}
         finite_logp = kept.finite and not kept.diverging
-        stats["minibatch_logp"] = float(outputs["minibatch_logp"]) if finite_logp else np.nan
+        stats["minibatch_logp"] = float(outputs[at["minibatch_logp"]]) if finite_logp else np.nan
         stats["diverging"], stats["divergences"] = kept.diverging, self.divergences
         if kernel.stats_dtypes:
-            stats.update(kernel.stats(kept.state, self.params._replace(step_size=step_size)))
+            stats.update(kernel.stats(kept.state, self._params_at(step_size)))
         if kernel.measures_noise:
             ratio = self.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
         if self._learning_adapters:
             self._adapt(kept.state, kept.gradient, kept.diverging, kept.accept)
-        stats.update(self.mass_adapter.stats() if self.mass_adapter else self._fixed_mass_stats)
+        mass = self.mass_adapter
+        stats.update(mass.stats() if mass is not None else self._fixed_mass_stats)
         if not self.tune:
             self._record_draw(stats)
         return RaveledVars(kept.state.position, q0.point_map_info), [stats]

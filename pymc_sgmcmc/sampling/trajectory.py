@@ -149,11 +149,15 @@ class CompiledTrajectory:
     output_names: tuple[str, ...]
     rows: Rows
     index: dict[str, int] = field(init=False)
+    """Where each output is in the returned list, by name."""
+    slots: dict[str, int] = field(init=False)
+    """Where each input goes in the argument list, by name."""
     row_shapes: list[tuple[int, ...]] = field(default_factory=list)
     """Shapes of the ``rows_<k>`` inputs (set by the step method, which knows the sizes)."""
 
     def __post_init__(self) -> None:
         self.index = {name: k for k, name in enumerate(self.output_names)}
+        self.slots = {name: k for k, name in enumerate(self.input_names)}
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         """Run the trajectory; inputs and outputs in their names' order."""
@@ -161,12 +165,11 @@ class CompiledTrajectory:
 
     def named(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the trajectory with named inputs; return the outputs by name."""
-        try:
-            ordered = [inputs[name] for name in self.input_names]
-        except KeyError as error:
-            missing = sorted(set(self.input_names) - set(inputs))
-            raise TypeError(f"missing trajectory inputs: {missing}") from error
-        return dict(zip(self.output_names, self.function(*ordered), strict=True))
+        missing = set(self.input_names) - set(inputs)
+        if missing:
+            raise TypeError(f"missing trajectory inputs: {sorted(missing)}")
+        outputs = self.function(*(inputs[name] for name in self.input_names))
+        return dict(zip(self.output_names, outputs, strict=True))
 
 
 def _symbolic_like(name: str, value: Any, dtype: str) -> Variable:
