@@ -45,3 +45,26 @@ def compiled(step):
 def standard_error(values, ess):
     """Monte Carlo standard error of a mean from ``ess`` effective draws."""
     return float(np.std(values)) / math.sqrt(float(ess))
+
+
+def settings(cls):
+    """A sampler's settings on the conformance model (5 steps per draw).
+
+    A fixed step in the model's units (SGLD's is a variance, so smaller); the EM
+    samplers take an M step every 10 draws, so that short runs exercise it.
+    """
+    options = {"step_size": 2e-3 if cls.kernel.name == "sgld" else 0.05}
+    if cls.mass_adapter_class is not None:
+        options["sample_size"] = 10
+    return options
+
+
+def switch_model(n_rows: int = 60):
+    """theta ~ N(0, I₂), a switch k ~ Bern(½), y_i ~ N(θ₁ + θ₂ + k, 1) seen 10 rows at a time."""
+    y = np.random.default_rng(0).normal(0.5, 1.0, size=n_rows)
+    with pm.Model() as model:
+        k = pm.Bernoulli("k", 0.5)
+        theta = pm.Normal("theta", 0.0, 1.0, shape=2)
+        batch = pm.Minibatch(y, batch_size=10)
+        pm.Normal("y", theta.sum() + k, 1.0, observed=batch, total_size=n_rows)
+    return model

@@ -1,9 +1,10 @@
 """What every sampler must do, run on every registered sampler.
 
 A new sampler added to ``pymc_sgmcmc.sampling.SAMPLERS`` is checked here without a test of
-its own: reproducibility, chains that differ, worker processes, the ``sampling_state``
-round trip, its statistics and their dtypes, refusal of bad input before sampling, a
-compound step with PyMC's own samplers, and no NaN draw after a forced divergence.
+its own: reproducibility (a step built afresh: ``test_reproducibility.py``), chains that
+differ, worker processes, the ``sampling_state`` round trip, its statistics and their
+dtypes, refusal of bad input before sampling, a compound step with PyMC's own samplers,
+and no NaN draw after a forced divergence.
 
 The model has a discrete variable, so that ``pm.sample`` assigns it to a Metropolis
 sampler next to ours: every ``pm.sample`` here runs a ``CompoundStep``.
@@ -14,24 +15,10 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from helpers import compiled, draws_of, sample, stat
+from helpers import compiled, draws_of, sample, settings, stat, switch_model
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.sampling import SAMPLERS, StochasticGradientStep, samplers
-from pymc_sgmcmc.sampling.trajectory import GRADIENTS
-
-
-def settings(cls):
-    """A sampler's settings on the conformance model (5 steps per draw).
-
-    A fixed step in the model's units (SGLD's is a variance, so smaller); the EM
-    samplers take an M step every 10 draws, so that short runs exercise it.
-    """
-    options = {"step_size": 2e-3 if cls.kernel.name == "sgld" else 0.05}
-    if cls.mass_adapter_class is not None:
-        options["sample_size"] = 10
-    return options
-
 
 N_ROWS = 60
 
@@ -53,14 +40,7 @@ def test_every_public_sampler_is_registered():
 
 @pytest.fixture(scope="module")
 def model():
-    """theta ~ N(0, I₂), a switch k ~ Bern(½), y_i ~ N(θ₁ + θ₂ + k, 1) seen 10 rows at a time."""
-    y = np.random.default_rng(0).normal(0.5, 1.0, size=N_ROWS)
-    with pm.Model() as model:
-        k = pm.Bernoulli("k", 0.5)
-        theta = pm.Normal("theta", 0.0, 1.0, shape=2)
-        batch = pm.Minibatch(y, batch_size=10)
-        pm.Normal("y", theta.sum() + k, 1.0, observed=batch, total_size=N_ROWS)
-    return model
+    return switch_model(N_ROWS)
 
 
 @pytest.fixture(scope="module", params=SAMPLERS, ids=lambda cls: cls.__name__)
@@ -79,40 +59,6 @@ def test_same_seed_gives_identical_draws_and_stats_and_another_seed_differs(step
         name = STORED_AS.get(name, name)
         np.testing.assert_array_equal(stat(first, name), stat(second, name), err_msg=name)
     assert not np.array_equal(draws_of(first, "theta"), draws_of(other, "theta"))
-
-
-def default_arguments(cls, gradient):
-    """A user's call: defaults (step_size="auto") where the sampler has them."""
-    if cls.kernel.default_step_size is None:  # the geodesic samplers need a step size
-        return {"step_size": settings(cls)["step_size"], "gradient": gradient}
-    return {"gradient": gradient, "mode_kwargs": {"progressbar": False}}
-
-
-SLOW_TO_COMPILE = {pmsg.RHMC, pmsg.SGRNPHMC}
-"""Their other estimators (each a new graph, 85-240 s a test here) were run once by hand
-and passed; in the suite they run with their default estimator only."""
-
-
-@pytest.mark.parametrize("gradient", GRADIENTS)
-@pytest.mark.parametrize("cls", SAMPLERS, ids=lambda cls: cls.__name__)
-def test_a_step_built_afresh_with_the_same_seed_gives_identical_draws(model, cls, gradient):
-    if cls in SLOW_TO_COMPILE and gradient != "control_variates":
-        pytest.skip("compile time: run by hand (see SLOW_TO_COMPILE)")
-    # What a user does: a new step for every pm.sample call. Everything before the first
-    # draw (mode search, curvature, Laplace starts, noise probes, anchors) must be
-    # deterministic or drawn from the chain's generator. An unseeded mode search failed
-    # this (draws 4e-16 apart after 200 draws, chaotic chains 1e53 apart).
-    options = {"draws": 20, "tune": 30, "chains": 2, "random_seed": 7}
-    runs = []
-    for _ in range(2):
-        with model, warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            step = cls(n_steps=5, **default_arguments(cls, gradient))
-        runs.append(sample(step, model, **options))
-    assert step.gradient == gradient
-    np.testing.assert_array_equal(draws_of(runs[0], "theta"), draws_of(runs[1], "theta"))
-    for name in ("step_size", "minibatch_logp"):
-        np.testing.assert_array_equal(stat(runs[0], name), stat(runs[1], name), err_msg=name)
 
 
 @pytest.fixture(scope="module")

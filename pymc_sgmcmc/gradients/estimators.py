@@ -19,11 +19,13 @@ Protocol, in five lines:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
 
 from pymc_sgmcmc.gradients.full_data import Anchor
+from pymc_sgmcmc.gradients.grouped import GroupLayout
 
 
 class DataPasses(Protocol):
@@ -45,6 +47,31 @@ class Whitening(Protocol):
 
     def whiten(self, vector: np.ndarray) -> np.ndarray:
         """``L⁻¹ vector``."""
+
+
+@dataclass
+class Grouping:
+    """Minibatches of whole groups (:mod:`pymc_sgmcmc.gradients.grouped`).
+
+    Attributes
+    ----------
+    layout : GroupLayout
+        Rows and local coordinates of each group.
+    groups_per_step : int
+        ``K``, the groups of one minibatch.
+    likelihood_gradient : callable
+        ``(position, rows) -> (n/N) ∇L_b``: the likelihood gradient on ``rows`` as a
+        plain sum (compiled on first use by the glue).
+    """
+
+    layout: GroupLayout
+    groups_per_step: int
+    likelihood_gradient: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """``J/K`` on globals, 1 on locals."""
+        return self.layout.coordinate_weights(self.groups_per_step)
 
 
 class MinibatchEstimator:
@@ -77,6 +104,8 @@ class MinibatchEstimator:
         self.sampler = sampler
         self.every = int(every)
         self.initial_anchor: Anchor | None = None
+        self.grouping: Grouping | None = None
+        """Set where minibatches are whole groups (a hierarchical model)."""
 
     def next_anchor(self, anchor: Anchor | None, position: np.ndarray, iteration: int):
         """The anchor of the trajectory that starts at ``position`` (unchanged here)."""
@@ -116,6 +145,19 @@ class MinibatchEstimator:
         passes = self.passes()
         first, second = (passes.subsample_pass(position, rows)[1] for rows in draws)
         return first - second
+
+    def _grouped_difference(
+        self, position: np.ndarray, anchor: Anchor | None, rng: np.random.Generator
+    ) -> np.ndarray:
+        grouping = self.grouping
+        estimates = []
+        for _ in range(2):
+            rows, _, _ = grouping.layout.draw(rng, 1, grouping.groups_per_step)
+            estimate = grouping.likelihood_gradient(position, rows)
+            if anchor is not None and self.anchored:
+                estimate = estimate - grouping.likelihood_gradient(anchor.position, rows)
+            estimates.append(grouping.weights * estimate)
+        return np.where(grouping.layout.is_local, 0.0, estimates[0] - estimates[1])
 
     def anchor_at(self, position: np.ndarray, what: str) -> Anchor:
         """An anchor at ``position``: one full-data pass there, refused where not finite."""

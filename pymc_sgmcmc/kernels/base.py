@@ -109,6 +109,12 @@ class Kernel:
         cannot work on this model, once, when the sampler is built (``target``: the
         full-data target, a function of the symbolic flat ``position``; ``point``: the
         initial position; ``sampler``: the class name, for the message).
+    coordinatewise : bool
+        Whether, with a diagonal metric, :attr:`step` moves each coordinate from the
+        gradient and that coordinate's own state fields only (no thermostat or other
+        field shared by all coordinates). Then a step can hold any coordinates in place
+        (their state fields zero going in, restored coming out), which minibatches of
+        whole groups need (:mod:`pymc_sgmcmc.gradients.grouped`).
     estimated_noise : str, optional
         A parameter the glue sets from the measured gradient noise during tuning when
         the user passes "auto" (SGHMC's ``noise_estimate``).
@@ -151,6 +157,7 @@ class Kernel:
     checked_stats: tuple[str, ...] = ()
     metric: str = "none"
     estimated_noise: str | None = None
+    coordinatewise: bool = False
     validate: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:

@@ -101,6 +101,7 @@ KERNEL = Kernel(
     noise_damping="friction",
     checked_stats=("kinetic_temperature",),
     metric="euclidean",
+    coordinatewise=True,
     estimated_noise="noise_estimate",
     default_step_size=0.2,
 )

@@ -58,6 +58,7 @@ def step(state: SGLDState, target: Target, noise: Array, params: SGLDParams) -> 
 
 KERNEL = Kernel(
     metric="euclidean",
+    coordinatewise=True,
     name="sgld",
     state_type=SGLDState,
     params_type=SGLDParams,

@@ -44,12 +44,14 @@ from pymc_sgmcmc.sampling import arguments, noise, startup
 from pymc_sgmcmc.sampling.chain_checks import chain_check_messages
 from pymc_sgmcmc.sampling.corrections import Trajectory, correction_for
 from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
+from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.trajectory import (
     ROWS,
     CompiledTrajectory,
+    GroupRowsPerStep,
     build_trajectory,
     compile_trajectory,
 )
@@ -77,6 +79,8 @@ class DrawSlots(NamedTuple):
     refresh_noise: int | None
     noise: int | None
     rows: list[int]
+    row_bounds: int | None
+    update_mask: int | None
 
 
 @dataclass_state
@@ -134,6 +138,12 @@ class StochasticGradientStep(ArrayStepShared):
         Integrator steps per draw, all run in one compiled call.
     minibatch : {"step", "trajectory"}
         With ``pm.Minibatch`` data: fresh rows for every gradient, or one set per draw.
+    groups : {"auto", True, False}
+        Minibatches of whole groups for a hierarchical model
+        (:mod:`pymc_sgmcmc.gradients.grouped`): "auto" where the model's groups are found
+        (``a[group_idx]`` with the group index in the ``pm.Minibatch`` call) and the
+        sampler can hold a group's parameters in place; True insists (an error says why
+        not); False draws rows as ``pm.Minibatch`` does.
     kernel_params : dict
         The kernel's parameters besides ``step_size``, ``metric`` and ``layout``.
     mass : float, array, optional
@@ -204,6 +214,7 @@ class StochasticGradientStep(ArrayStepShared):
         step_size: float | StepSizeSchedule | str = "auto",
         n_steps: int = 10,
         minibatch: str = "step",
+        groups: bool | str = "auto",
         gradient: str = "auto",
         anchor: dict[str, np.ndarray] | None = None,
         anchor_every: int = 100,
@@ -270,10 +281,29 @@ class StochasticGradientStep(ArrayStepShared):
             allow_missing_total_size=self.allow_missing_total_size,
             anchor=anchor,
         )
+        found = group_minibatches(
+            model, self._flat, self.vars, self._initial_point, groups=groups, kernel=kernel,
+            gradient=self.gradient, minibatch=minibatch, sampler=name,
+            learns_mass=self.mass_adapter_class is not None, compile_kwargs=compile_kwargs,
+        )  # fmt: skip
+        self._grouped, self.grouping = found if found is not None else (None, None)
+        if self.grouping is not None:
+            # A group's parameters move about once per trajectory: a momentum refreshed
+            # at every trajectory would never carry their gradient into their position
+            # (measured: a random walk, intercepts 10 sds off). It persists instead.
+            self.refresh_every_trajectory = False
         self._start_up(step_size, anchor, anchor_every, dict(mode_kwargs or {}), step_jitter)
         self._learning_adapters = tuple(a for a in self._adapters if a.learns)
         self._tune_iterations = self._draw_iterations = 0
         self._reset_chain()
+        if self.grouping is not None and np.ndim(self.params.metric.inverse) == 2:
+            if groups is True:
+                raise ValueError(
+                    f"{name}(groups=True) needs a diagonal mass: a dense one moves a held "
+                    "group's parameters with the others' momenta. Pass a vector mass= "
+                    "(or mass_structure='diagonal'), or groups='auto'."
+                )
+            self._grouped = self.grouping = self.estimator.grouping = None
         if kernel.validate is not None:
             logp = full_data_logp(model, self._flat, self.vars, self._initial_point)
             point = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
@@ -327,6 +357,7 @@ class StochasticGradientStep(ArrayStepShared):
             type(self).__name__,
             anchor_every=anchor_every,
         )
+        self.estimator.grouping = self.grouping
         if self.estimator.anchored and anchor is not None:
             position = startup.anchor_position(
                 type(self).__name__, anchor, self.vars, self._initial_point, self._dtype
@@ -359,6 +390,9 @@ class StochasticGradientStep(ArrayStepShared):
         """
         if not self.kernel.constant_metric:
             return
+        if self.grouping is not None and np.ndim(covariance) == 2:
+            # Held coordinates must not drift with the others' momenta: a diagonal mass.
+            covariance = np.diag(covariance).copy()
         if self.mass_adapter is not None:
             self.mass_adapter.precondition(covariance)
         elif not self._mass_given and self.adapt_mass:
@@ -475,6 +509,8 @@ class StochasticGradientStep(ArrayStepShared):
                 refresh_noise=slots.get("refresh_noise"),
                 noise=slots.get("noise"),
                 rows=[slots[n] for n in self._row_names],
+                row_bounds=slots.get("row_bounds"),
+                update_mask=slots.get("update_mask"),
             )
         return self._trajectory
 
@@ -484,7 +520,10 @@ class StochasticGradientStep(ArrayStepShared):
         exact = None
         if kernel.energy is not None:
             exact = full_data_logp(self._model, self._flat, self.vars, self._initial_point)
-        rows = ROWS[self.minibatch](self._flat)
+        if self._grouped is not None:
+            rows = GroupRowsPerStep(self._grouped)
+        else:
+            rows = ROWS[self.minibatch](self._flat)
         inputs, outputs = build_trajectory(
             kernel,
             self._flat,
@@ -499,8 +538,23 @@ class StochasticGradientStep(ArrayStepShared):
         # Inside the model's context, PyMC's compile honours its check_bounds setting.
         with self._model:
             compiled = compile_trajectory(inputs, outputs, rows, self._compile_kwargs)
-        compiled.row_shapes = [rows.shape(self.n_steps, g.batch_size) for g in self._flat.groups]
+        if self._grouped is None:
+            compiled.row_shapes = [
+                rows.shape(self.n_steps, g.batch_size) for g in self._flat.groups
+            ]
         return compiled
+
+    def _group_inputs(self) -> dict[str, np.ndarray]:
+        """The constants of minibatches of whole groups, by compiled input name."""
+        grouping = self.grouping
+        if grouping is None:
+            return {}
+        layout, k = grouping.layout, grouping.groups_per_step
+        return {
+            "group.weights": grouping.weights.astype(self._dtype),
+            "group.global_weight": np.asarray(layout.n_groups / k, dtype=self._dtype),
+            "group.n_rows": np.asarray(layout.n_rows, dtype=self._dtype),
+        }
 
     def __getstate__(self) -> dict:
         # Compiled functions are rebuilt where they are unpickled (pm.sample with
@@ -629,7 +683,8 @@ class StochasticGradientStep(ArrayStepShared):
         if self.anchor is not self._inputs_anchor:
             # Parameters and anchor change rarely: their slots are filled once each.
             self._arguments = [None] * len(fn.slots)
-            for name, value in (self._param_inputs | self.estimator.inputs(self.anchor)).items():
+            constants = self._param_inputs | self.estimator.inputs(self.anchor)
+            for name, value in (constants | self._group_inputs()).items():
                 self._arguments[fn.slots[name]] = value
             self._inputs_anchor = self.anchor
         args, at = self._arguments.copy(), self._slots
@@ -644,9 +699,17 @@ class StochasticGradientStep(ArrayStepShared):
             args[at.refresh_noise] = self._normal(self.dim) if refresh else self._unused_noise
         if at.noise is not None:
             args[at.noise] = self._normal(self.n_steps, self.dim + self.kernel.step_noise_extra)
-        integers = self.rng.integers
-        for k, n, shape in zip(at.rows, self._n_rows, fn.row_shapes, strict=True):
-            args[k] = integers(0, n, size=shape)
+        if self.grouping is not None:
+            grouping = self.grouping
+            rows, bounds, mask = grouping.layout.draw(
+                self.rng, self.n_steps + 1, grouping.groups_per_step
+            )
+            args[at.rows[0]], args[at.row_bounds] = rows, bounds
+            args[at.update_mask] = mask.astype(self._dtype, copy=False)
+        else:
+            integers = self.rng.integers
+            for k, n, shape in zip(at.rows, self._n_rows, fn.row_shapes, strict=True):
+                args[k] = integers(0, n, size=shape)
         if self._inputs_anchor is not self._checked_anchor:
             missing = [name for name, k in fn.slots.items() if args[k] is None]
             if missing:

@@ -25,6 +25,7 @@ from pytensor.graph.basic import Variable
 from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.graphs import FlatLogp
+from pymc_sgmcmc.gradients.grouped import GroupedGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
 from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
 
@@ -69,6 +70,18 @@ class Rows:
         """Shape of one index array the step method draws."""
         raise NotImplementedError
 
+    def step_batch(self, sequences: list[Variable], non_sequences: list[Variable]) -> list:
+        """One step's minibatch from its slices of :meth:`sequences` and the whole arrays."""
+        return sequences + non_sequences
+
+    def step_mask(self, sequences: list[Variable]) -> Variable | None:
+        """Where the step may move the position (``None``: everywhere)."""
+        return None
+
+    def target(self, estimator: Any, batch: list[Variable]) -> Target:
+        """The estimator's target on one minibatch."""
+        return estimator.target(batch)
+
 
 class RowsPerStep(Rows):
     """Fresh rows for every gradient: ``rows_k`` has shape ``(n_steps [+ 1], B)``."""
@@ -110,6 +123,63 @@ class RowsPerTrajectory(Rows):
 
     def shape(self, n_steps: int, batch_size: int) -> tuple[int, ...]:  # noqa: D102
         return (batch_size,)
+
+
+class GroupRowsPerStep(Rows):
+    """Fresh whole groups for every step (:mod:`pymc_sgmcmc.gradients.grouped`).
+
+    Inputs: ``rows_0`` (the rows of all steps, one after the other), ``row_bounds``
+    (step ``s`` reads ``rows_0[row_bounds[s]:row_bounds[s + 1]]``; set 0 is the start's),
+    ``update_mask`` (``(n_steps + 1, dim)``: 1 where step ``s`` may move), and the
+    constants ``group.weights`` (``J/K`` on globals, 1 on locals), ``group.global_weight``
+    (``J/K``) and ``group.n_rows`` (``N``).
+    """
+
+    def __init__(self, gradient: GroupedGradient) -> None:
+        dtype = gradient.prior.dtype
+        self.gradient = gradient
+        self.indices = [pt.vector("rows_0", dtype="int64")]
+        self.bounds = pt.vector("row_bounds", dtype="int64")
+        self.mask = pt.matrix("update_mask", dtype=dtype)
+        self.weights = pt.vector("group.weights", dtype=dtype)
+        self.global_weight = pt.scalar("group.global_weight", dtype=dtype)
+        self.total_rows = pt.scalar("group.n_rows", dtype=dtype)
+        self.gathered = gradient.gathered(self.indices[0])
+        self.start_rows = 1
+
+    @property
+    def inputs(self) -> dict[str, Variable]:
+        """The inputs besides ``rows_0``, by name."""
+        return {
+            v.name: v
+            for v in (self.bounds, self.mask, self.weights, self.global_weight, self.total_rows)
+        }
+
+    def start_batch(self) -> list[Variable]:  # noqa: D102
+        return [g[self.bounds[0] : self.bounds[1]] for g in self.gathered]
+
+    def sequences(self) -> list[Variable]:  # noqa: D102
+        return [self.bounds[1:-1], self.bounds[2:], self.mask[1:]]
+
+    def non_sequences(self) -> list[Variable]:  # noqa: D102
+        return self.gathered
+
+    def last_batch(self) -> list[Variable]:  # noqa: D102
+        return [g[self.bounds[-2] : self.bounds[-1]] for g in self.gathered]
+
+    def step_batch(self, sequences: list[Variable], non_sequences: list[Variable]) -> list:  # noqa: D102
+        start, stop, _ = sequences
+        return [g[start:stop] for g in non_sequences]
+
+    def step_mask(self, sequences: list[Variable]) -> Variable | None:  # noqa: D102
+        return sequences[2]
+
+    def target(self, estimator: Any, batch: list[Variable]) -> Target:  # noqa: D102
+        fraction = pt.cast(batch[0].shape[0], self.total_rows.dtype) / self.total_rows
+        anchor = getattr(estimator, "anchor", None)
+        return self.gradient.target(
+            batch, fraction * self.weights, fraction * self.global_weight, anchor
+        )
 
 
 ROWS = {"step": RowsPerStep, "trajectory": RowsPerTrajectory}
@@ -257,7 +327,9 @@ def build_trajectory(
         estimator = ControlVariateGradient(estimator, anchor)
     start_record: list[Variable] = []
     # Refresh and prepare share the rows of the start (reserved only if they use them).
-    start_target = _recording(_lazy(lambda: estimator.target(rows.start_batch())), start_record)
+    start_target = _recording(
+        _lazy(lambda: rows.target(estimator, rows.start_batch())), start_record
+    )
     if kernel.refresh is not None:
         inputs["refresh"] = pt.scalar("refresh", dtype="bool")
         inputs["refresh_noise"] = pt.vector("refresh_noise", dtype=dtype)
@@ -275,15 +347,36 @@ def build_trajectory(
     sequences = ([inputs["noise"]] if kernel.step_noise else []) + rows.sequences()
     non_sequences = rows.non_sequences()
     n_batched, n_fields = len(rows.sequences()), len(start)
+    # The fields a step mask holds in place: those of the position's shape (momenta).
+    per_coordinate = [np.shape(value) == np.shape(state[0]) for value in state]
 
     def body(*args: Variable) -> list[Variable]:
         args = list(args)  # scan order: sequences, carried state, non-sequences
         noise_t = args.pop(0) if kernel.step_noise else None
-        batch = args[:n_batched] + args[n_batched + n_fields :]
+        step_sequences = args[:n_batched]
+        batch = rows.step_batch(step_sequences, args[n_batched + n_fields :])
         state_t = kernel.state_type(*args[n_batched : n_batched + n_fields])
         record: list[Variable] = []
-        target = _recording(estimator.target(batch), record)
-        new = kernel.step(state_t, target, noise_t, symbolic_params)
+        target = _recording(rows.target(estimator, batch), record)
+        mask = rows.step_mask(step_sequences)
+        moving = state_t
+        if mask is not None:
+            # A held coordinate has no momentum going in, so that it does not drift
+            # (the metric is diagonal) while the others' gradients are evaluated.
+            moving = kernel.state_type(
+                *(
+                    value * mask if held and k > 0 else value
+                    for k, (value, held) in enumerate(zip(state_t, per_coordinate, strict=True))
+                )
+            )
+        new = kernel.step(moving, target, noise_t, symbolic_params)
+        if mask is not None:
+            new = kernel.state_type(
+                *(
+                    pt.switch(mask > 0, n, o) if held else n
+                    for n, o, held in zip(new, state_t, per_coordinate, strict=True)
+                )
+            )
         return [*new, record[-1]] if record_gradient else list(new)
 
     scanned = pytensor.scan(
@@ -302,7 +395,7 @@ def build_trajectory(
     outputs.update({f"state.{n}": getattr(end, n) for n in kernel.resamples})
     # The log density is not needed inside the loop; evaluating it there at every step
     # costs more than the gradient's own arithmetic on a small minibatch.
-    outputs["minibatch_logp"] = estimator.target(rows.last_batch()).logp(end.position)
+    outputs["minibatch_logp"] = rows.target(estimator, rows.last_batch()).logp(end.position)
     if record_gradient:
         outputs["gradient"] = final[-1]
     if kernel.energy is not None:
@@ -315,6 +408,7 @@ def build_trajectory(
         outputs["logp_start"] = exact.logp(start.position)
         outputs["logp_end"] = exact.logp(end.position)
     inputs.update({idx.name: idx for idx in rows.indices})
+    inputs.update(getattr(rows, "inputs", {}))
     return inputs, outputs
 
 

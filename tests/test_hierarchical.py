@@ -1,0 +1,98 @@
+"""Minibatches of whole groups on a hierarchical model with a closed-form posterior.
+
+``mu ~ N(0, 10²)``, ``a_j ~ N(mu, 1)`` for 40 groups of 5-59 rows, ``y_i ~ N(a_{g_i}, 2²)``
+with the scales known: the posterior of ``(mu, a)`` is Gaussian, its mean and covariance
+solved exactly. Each group is ~1/13 of a minibatch of 100 rows.
+"""
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.gradients.grouped import GroupLayout
+
+N_GROUPS, GROUP_SD, NOISE_SD, PRIOR_SD = 40, 1.0, 2.0, 10.0
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(5, 60, size=N_GROUPS)
+    group = np.repeat(np.arange(N_GROUPS), sizes)
+    y = rng.normal(0.0, GROUP_SD, N_GROUPS)[group] + rng.normal(0.0, NOISE_SD, group.size)
+    return group, y
+
+
+@pytest.fixture(scope="module")
+def exact(data):
+    """Mean and sds of ``(mu, a_1..a_J)`` from the joint Gaussian's precision."""
+    group, y = data
+    dim = N_GROUPS + 1
+    precision, shift = np.zeros((dim, dim)), np.zeros(dim)
+    precision[0, 0] = 1 / PRIOR_SD**2 + N_GROUPS / GROUP_SD**2
+    precision[0, 1:] = precision[1:, 0] = -1 / GROUP_SD**2
+    counts = np.bincount(group, minlength=N_GROUPS)
+    precision[np.arange(1, dim), np.arange(1, dim)] = 1 / GROUP_SD**2 + counts / NOISE_SD**2
+    shift[1:] = np.bincount(group, weights=y, minlength=N_GROUPS) / NOISE_SD**2
+    covariance = np.linalg.inv(precision)
+    return covariance @ shift, np.sqrt(np.diag(covariance))
+
+
+def hierarchical_model(group, y):
+    with pm.Model() as model:
+        group_mb, y_mb = pm.Minibatch(group, y, batch_size=100)
+        mu = pm.Normal("mu", 0.0, PRIOR_SD)
+        a = pm.Normal("a", mu, GROUP_SD, shape=N_GROUPS)
+        pm.Normal("y", a[group_mb], NOISE_SD, observed=y_mb, total_size=y.size)
+    return model
+
+
+def sample_and_compare(cls, data, exact):
+    """Worst standardised mean error (in MCSEs) and worst sd ratio over all 41 coordinates."""
+    with hierarchical_model(*data), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        step = cls()
+        idata = pm.sample(
+            draws=2000, tune=1000, chains=2, cores=1, step=step, random_seed=3,
+            progressbar=False, compute_convergence_checks=False,
+        )  # fmt: skip
+    assert step.grouping is not None and step.grouping.groups_per_step == 3
+    posterior = idata.posterior
+    draws = np.concatenate([posterior["mu"].values[..., None], posterior["a"].values], axis=-1)
+    ess = np.concatenate([az.ess(posterior)["mu"].values[None], az.ess(posterior)["a"].values])
+    mean, sd = exact
+    flat = draws.reshape(-1, draws.shape[-1])
+    mcse = flat.std(axis=0) / np.sqrt(ess)
+    z = np.abs(flat.mean(axis=0) - mean) / mcse
+    # An sd from ESS draws has a relative error of about 1/sqrt(2 ESS).
+    ratio_error = np.abs(flat.std(axis=0) / sd - 1.0) / np.sqrt(1.0 / (2.0 * ess))
+    return float(z.max()), float(ratio_error.max())
+
+
+@pytest.mark.parametrize("cls", [pmsg.SGHMC, pmsg.SGLD], ids=lambda c: c.__name__)
+def test_whole_groups_give_the_exact_hierarchical_posterior_with_defaults(cls, data, exact):
+    # 4.5 standard errors over 41 coordinates: a false alarm has probability < 3e-4.
+    worst_mean, worst_sd = sample_and_compare(cls, data, exact)
+    assert worst_mean < 4.5, worst_mean
+    assert worst_sd < 4.5, worst_sd
+
+
+def test_local_gradients_scaled_as_global_ones_are_caught(data, exact, monkeypatch):
+    # The wrong estimator: a drawn group's rows weighted J/K for its own intercept too.
+    def as_if_global(self, groups_per_step):
+        return np.full(self.dim, self.n_groups / groups_per_step)
+
+    monkeypatch.setattr(GroupLayout, "coordinate_weights", as_if_global)
+    worst_mean, worst_sd = sample_and_compare(pmsg.SGHMC, data, exact)
+    assert worst_mean > 4.5 or worst_sd > 4.5, (worst_mean, worst_sd)
+
+
+def test_groups_true_explains_why_not(data):
+    with hierarchical_model(*data), pytest.raises(ValueError, match="learns its mass"):
+        pmsg.SGHMCEM(groups=True)
+    with hierarchical_model(*data):
+        assert pmsg.SGHMC(groups=False).grouping is None
