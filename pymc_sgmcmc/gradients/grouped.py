@@ -29,6 +29,7 @@ from pytensor.graph.replace import clone_replace, graph_replace
 
 from pymc_sgmcmc.gradients.control_variates import SymbolicAnchor
 from pymc_sgmcmc.gradients.graphs import RowLogp, as_shared_data
+from pymc_sgmcmc.gradients.minibatch import _once_per_position
 from pymc_sgmcmc.kernels.base import Target
 
 
@@ -164,45 +165,33 @@ class GroupedGradient:
         anchor: SymbolicAnchor | None = None,
     ) -> Target:
         """The target on ``batch`` with likelihood weights already multiplied by ``n/N``."""
-        memo: dict = {}
-
-        def once(key, build):
-            if key not in memo:
-                memo[key] = build()
-            return memo[key]
 
         def grad(x: Variable) -> Variable:
-            def build():
-                value = self._at(self.prior_gradient, x) + weights * self._at(
-                    self.likelihood_gradient, x, batch
-                )
-                if anchor is None:
-                    return value
-                at_anchor = anchor.gradient - self._at(self.prior_gradient, anchor.position)
-                return (
-                    value
-                    + at_anchor
-                    - weights * self._at(self.likelihood_gradient, anchor.position, batch)
-                )
-
-            return once(("grad", x), build)
+            value = self._at(self.prior_gradient, x) + weights * self._at(
+                self.likelihood_gradient, x, batch
+            )
+            if anchor is None:
+                return value
+            at_anchor = anchor.gradient - self._at(self.prior_gradient, anchor.position)
+            return (
+                value
+                + at_anchor
+                - weights * self._at(self.likelihood_gradient, anchor.position, batch)
+            )
 
         def logp(x: Variable) -> Variable:
-            def build():
-                likelihood = self._at(self.likelihood, x, batch)
-                value = self._at(self.prior, x) + global_weight * likelihood
-                if anchor is None:
-                    return value
-                at_anchor = anchor.logp - self._at(self.prior, anchor.position)
-                return (
-                    value
-                    + at_anchor
-                    - global_weight * self._at(self.likelihood, anchor.position, batch)
-                )
+            likelihood = self._at(self.likelihood, x, batch)
+            value = self._at(self.prior, x) + global_weight * likelihood
+            if anchor is None:
+                return value
+            at_anchor = anchor.logp - self._at(self.prior, anchor.position)
+            return (
+                value
+                + at_anchor
+                - global_weight * self._at(self.likelihood, anchor.position, batch)
+            )
 
-            return once(("logp", x), build)
-
-        return Target(logp=logp, grad=grad)
+        return Target(logp=_once_per_position(logp), grad=_once_per_position(grad))
 
     def gradient_terms(self, indices: Variable) -> tuple[Variable, Variable]:
         """``∇log p_prior`` and ``(n/N)∇L_b`` on the rows ``indices`` (for noise probes)."""
