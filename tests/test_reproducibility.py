@@ -2,7 +2,9 @@
 
 Run on every registered sampler and gradient estimator, on the conformance model
 (``test_conformance.py``), in a file of its own so that the two test workers share the
-load.
+load. The second step finds its trajectory compiled (compiled functions are kept per model
+and graph), so what is tested is everything a step does before and around it; that a fresh
+compile and a cache-loaded one agree bit for bit is in ``core/compilation.py``'s notes.
 """
 
 import warnings

@@ -9,6 +9,7 @@ PyMC model; estimators and full-data passes here only read them.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import pytensor
@@ -55,12 +56,21 @@ class MinibatchGroup:
         return int(first.shape[0].eval())
 
 
+_SHARED_DATA: weakref.WeakKeyDictionary[Constant, Variable] = weakref.WeakKeyDictionary()
+
+
 def as_shared_data(var: Variable) -> Variable:
-    """``var`` as a borrowed shared variable where it is a constant array."""
+    """``var`` as a borrowed shared variable where it is a constant array.
+
+    The same shared variable for the same constant every time, so that the graphs of
+    two steps on one model are the same graph (the compiled functions are reused).
+    """
     # A constant array would be baked into the compiled code as a global (Numba then
     # refuses to cache it, and a large one is copied); a borrowed shared variable is not.
     if isinstance(var, Constant) and var.data.ndim > 0:
-        return pytensor.shared(var.data, borrow=True, name=var.name)
+        if var not in _SHARED_DATA:
+            _SHARED_DATA[var] = pytensor.shared(var.data, borrow=True, name=var.name)
+        return _SHARED_DATA[var]
     return var
 
 

@@ -13,6 +13,7 @@ than drawing inside the compiled function.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -94,14 +95,25 @@ def detach_minibatches(logp: Variable, groups: list[MinibatchGroup]) -> Variable
     return graph_replace(logp, mapping, strict=False)
 
 
+_SHARED_POINT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per model: the shared variable that stands for each value variable a step does not sample."""
+
+
 def flat_logp(model, vars: list[Variable], initial_point: dict[str, np.ndarray]) -> FlatLogp:
     """Build :class:`FlatLogp` for the value variables ``vars`` of ``model``."""
     sampled = set(vars)
-    shared = {
-        v: pytensor.shared(np.asarray(initial_point[v.name]), name=v.name)
-        for v in model.value_vars
-        if v not in sampled
-    }
+    # One shared variable per model and value variable, whichever step reads it: PyMC
+    # sets its value before every call of a step, and two steps built alike then have
+    # the same graph (their compiled functions are reused).
+    point_values = _SHARED_POINT.setdefault(model, {})
+    shared = {}
+    for v in model.value_vars:
+        if v in sampled:
+            continue
+        if v not in point_values:
+            point_values[v] = pytensor.shared(np.asarray(initial_point[v.name]), name=v.name)
+        shared[v] = point_values[v]
+        shared[v].set_value(np.asarray(initial_point[v.name]))
     [logp], position = join_nonshared_inputs(initial_point, [model.logp()], vars, shared)
     groups = find_minibatch_groups(logp)
     logp = detach_minibatches(logp, groups)

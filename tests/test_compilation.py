@@ -1,0 +1,84 @@
+"""Compiled functions are reused for the same graph on the same model, and only then."""
+
+import gc
+import weakref
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+from helpers import draws_of, sample
+
+import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.core import compilation
+from pymc_sgmcmc.core.compilation import compile_graph, graph_key
+
+
+def test_the_key_tells_graphs_apart_as_their_functions_differ():
+    x, y = pt.vector("x"), pt.vector("y")
+    data = pytensor.shared(np.arange(3.0))
+
+    def graph(a, b, offset=0.0, shared=data):
+        return [pt.exp(a) * pt.constant(np.arange(3.0) + offset) + shared + b]
+
+    same = graph_key([x, y], graph(x, y))
+    assert same == graph_key([x, y], graph(x, y))  # rebuilt: new variables, same function
+    assert same == graph_key([y, x], graph(y, x))  # inputs named differently, same places
+    assert same != graph_key([y, x], graph(x, y))  # inputs swapped
+    assert same != graph_key([x, y], graph(x, y, offset=1.0))
+    assert same != graph_key([x, y], graph(x, y, shared=pytensor.shared(np.arange(3.0))))
+    assert same != graph_key([x, y], [pt.exp(x) * pt.constant(np.arange(3.0)) - data + y])
+
+
+def test_scans_built_alike_have_one_key():
+    # Scan compares inner graphs by identity, so the key recurses into them.
+    def scanned(x, n_steps=4, factor=0.5):
+        def body(v):
+            return v * factor + pt.sin(v)
+
+        out = pytensor.scan(body, outputs_info=[x], n_steps=n_steps, return_updates=False)
+        return [out[-1]]
+
+    x = pt.vector("x")
+    assert graph_key([x], scanned(x)) == graph_key([x], scanned(x))
+    assert graph_key([x], scanned(x)) != graph_key([x], scanned(x, factor=0.25))
+    assert graph_key([x], scanned(x)) != graph_key([x], scanned(x, n_steps=5))
+
+
+def minibatch_model(n_rows=100):
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=n_rows)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=pm.Minibatch(y, batch_size=10), total_size=n_rows)
+    return model
+
+
+def test_a_step_built_again_on_the_same_model_reuses_the_compiled_trajectory():
+    model = minibatch_model()
+    settings = {"gradient": "control_variates", "mode_kwargs": {"progressbar": False}}
+    steps, runs = [], []
+    for _ in range(2):
+        with model:
+            steps.append(pmsg.SGHMC(**settings))
+        runs.append(sample(steps[-1], model, draws=30, tune=20, random_seed=3))
+    first, second = (step.trajectory_function.function for step in steps)
+    assert first is second
+    np.testing.assert_array_equal(draws_of(runs[0], "mu"), draws_of(runs[1], "mu"))
+    # Another model with equal data has its own data variables: compiled again.
+    other = minibatch_model()
+    with other:
+        step = pmsg.SGHMC(**settings)
+    assert step.trajectory_function.function is not first
+
+
+def test_the_store_is_dropped_with_its_model():
+    model = minibatch_model()
+    x = pt.vector("x")
+    with model:
+        function = compile_graph([x], [2 * x])
+        assert compile_graph([x], [2 * x]) is function
+    assert model in compilation._COMPILED
+    reference = weakref.ref(model)
+    del model
+    gc.collect()
+    assert reference() is None
