@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytensor
+from pymc.model import Model
 from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.sampling.chain_checks import (
@@ -93,7 +94,9 @@ def diagnostics(
     idata : InferenceData or DataTree
         What ``pm.sample`` returned with one of this package's samplers.
     model : pm.Model, optional
-        The model (the one in context by default); needed for the Stein discrepancy.
+        The model the trace came from (by default the one in context); needed for the
+        Stein discrepancy only. Outside a model's context and without it, the table has
+        no ``stein`` column and a warning says how to get one.
     stein : bool
         Compute the kernel Stein discrepancy (:func:`kernel_stein_discrepancy`) of each
         chain's draws, in the unconstrained space of the sampled variables, with scores
@@ -146,6 +149,18 @@ def diagnostics(
                     stacklevel=2,
                 )
     table = pd.DataFrame(rows).set_index("chain")
+    if stein and model is None:
+        model = Model.get_context(error_if_none=False)
+        if model is None:
+            warnings.warn(
+                "diagnostics: no model was given and none is in context, so the Stein "
+                "discrepancy (which needs the model's gradient) is left out. Pass "
+                "model=<the model> (or call it inside `with model:`), or stein=False to "
+                "silence this.",
+                UserWarning,
+                stacklevel=2,
+            )
+            stein = False
     if stein:
         table["stein"] = _stein_per_chain(idata, model, max_draws, scale)
     checks = ["kinetic_temperature_ok", "gradient_noise_ok", "thermostat_ok"]
@@ -155,12 +170,9 @@ def diagnostics(
 
 def _stein_per_chain(idata, model, max_draws: int, scale) -> list[float]:
     """The Stein discrepancy of each chain's draws (unconstrained, scaled)."""
-    from pymc.model import modelcontext
-
     from pymc_sgmcmc.sampling.mode import ModeFinder
     from pymc_sgmcmc.sampling.model_graph import flat_logp
 
-    model = modelcontext(model)
     posterior = idata["posterior"]
     value_vars = [
         v for v in model.continuous_value_vars if model.values_to_rvs[v].name in posterior

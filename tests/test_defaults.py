@@ -312,6 +312,10 @@ def test_a_good_chain_passes_every_check():
         )
         table = pmsg.diagnostics(idata, model, max_draws=200)
     assert table["ok"].all()
+    # Outside the model's context and without model=: the chain checks, no Stein column.
+    with pytest.warns(UserWarning, match="no model was given .* Pass model="):
+        without = pmsg.diagnostics(idata)
+    assert "stein" not in without and without["ok"].all()
 
 
 def test_a_step_ten_times_too_large_triggers_the_temperature_warning():

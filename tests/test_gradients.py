@@ -19,6 +19,7 @@ from scipy.special import expit
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
+from pymc_sgmcmc.gradients.estimators import TuningWindows
 from pymc_sgmcmc.gradients.full_data import FullDataPass
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient
 from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
@@ -242,3 +243,23 @@ def test_default_sampler_finds_the_mode_and_starts_chains_around_it(logistic):
     pooled = draws.reshape(-1, mode.size)
     assert np.all(np.abs(pooled.mean(0) - mode) < 0.3 * sd)
     assert np.all(np.abs(pooled.std(0) / sd - 1) < 0.25)
+
+
+def test_tuning_windows_give_each_windows_mean_of_its_finite_draws():
+    windows = TuningWindows([(2, 14), (14, 30)])
+    means = []
+    for iteration in range(30):
+        diverged = iteration == 5
+        position = None if diverged else np.array([float(iteration), -float(iteration)])
+        means.append(windows.observe(position, iteration))
+    closed = {i: m for i, m in enumerate(means) if m is not None}
+    assert list(closed) == [13, 29]  # the last draw of each window closes it
+    first = [i for i in range(2, 14) if i != 5]  # before the window and divergent: out
+    np.testing.assert_allclose(closed[13], [np.mean(first), -np.mean(first)])
+    np.testing.assert_allclose(closed[29], [np.mean(range(14, 30)), -np.mean(range(14, 30))])
+    assert windows.observe(np.zeros(2), 30) is None  # after the last window
+
+
+def test_a_window_of_fewer_than_ten_draws_moves_nothing():
+    windows = TuningWindows([(0, 9)])
+    assert all(windows.observe(np.ones(1), i) is None for i in range(9))

@@ -96,3 +96,57 @@ def test_groups_true_explains_why_not(data):
         pmsg.SGHMCEM(groups=True)
     with hierarchical_model(*data):
         assert pmsg.SGHMC(groups=False).grouping is None
+
+
+# -- the anchor follows the chain during tuning --------------------------------------------
+
+
+def non_centred_model():
+    """A non-centred normal hierarchy whose joint mode lies far outside the posterior bulk.
+
+    ``mu ~ N(0, 5²)``, ``tau ~ HalfNormal(2)``, ``z_j ~ N(0, 1)``, ``y_i ~ N(mu + tau
+    z_{g_i}, 1)`` for 20 groups of 1-14 rows: the density grows as ``tau`` does and the
+    ``z`` shrink, so the joint mode sits several posterior sds from the mean.
+    """
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 15, size=20)
+    group = np.repeat(np.arange(20), sizes)
+    y = (0.5 + 0.7 * rng.normal(size=20))[group] + rng.normal(size=group.size)
+    with pm.Model() as model:
+        batch_group, batch_y = pm.Minibatch(group, y, batch_size=40)
+        mu = pm.Normal("mu", 0.0, 5.0)
+        tau = pm.HalfNormal("tau", 2.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=20)
+        pm.Normal("y", (mu + tau * z)[batch_group], 1.0, observed=batch_y, total_size=y.size)
+    return model
+
+
+def test_the_control_variate_anchor_moves_from_the_mode_into_the_bulk_during_tuning():
+    model = non_centred_model()
+    with model:
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+        idata = pm.sample(
+            draws=2000, tune=1000, chains=1, step=step, random_seed=2, progressbar=False,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    assert step.gradient == "control_variates"
+    post = idata.posterior
+    draws = np.concatenate(
+        [post["mu"].values.reshape(-1, 1), np.log(post["tau"].values).reshape(-1, 1),
+         post["z"].values.reshape(-1, 20)], axis=1,
+    )  # fmt: skip
+    mean, sd = draws.mean(axis=0), draws.std(axis=0)
+
+    def distance(point):
+        return np.abs((point - mean) / sd).max()
+
+    assert distance(step.mode.position) > 3.0  # measured: 6.4 sd
+    assert distance(step.anchor.position) < 1.0  # measured: 0.58 sd
+    # An anchor the user chose stays where it is.
+    with model:
+        chosen = pmsg.SGHMC(anchor=step.mode, mode_kwargs={"progressbar": False})
+        pm.sample(
+            draws=10, tune=200, chains=1, step=chosen, random_seed=2, progressbar=False,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    np.testing.assert_array_equal(chosen.anchor.position, step.mode.position)

@@ -7,11 +7,13 @@ chain's current anchor is state of the chain, kept by the step (so that PyMC's
 ``sampling_state`` covers it) and passed in; an estimator holds only what is fixed for
 the step method: its full-data passes and the anchor a chain starts from.
 
-Protocol, in five lines:
+Protocol, in six lines:
 
 - ``name``, ``anchored``: the symbolic estimator of the trajectory, and whether it has an anchor;
 - ``initial_anchor``: the anchor a chain starts from (``None``: none, or SVRG's first move);
 - ``next_anchor(anchor, position, iteration)``: the anchor of this trajectory;
+- ``follows_tuning``: whether a fixed anchor moves to each tuning window's mean
+  (:class:`TuningWindows`, kept by the step as chain state);
 - ``inputs(anchor)``: its arrays of the compiled trajectory, by input name;
 - ``noise_variance(position, anchor, rng, n_rows, metric)``: one whitened noise measurement.
 """
@@ -74,6 +76,46 @@ class Grouping:
         return self.layout.coordinate_weights(self.groups_per_step)
 
 
+@dataclass
+class TuningWindows:
+    """A chain's tuning windows, over which a fixed anchor follows the draws' mean.
+
+    The joint mode, where control variates are anchored first, need not be in the bulk
+    of the posterior: in a non-centred hierarchical model it sits at a group scale many
+    posterior sds too large, and the estimate's variance grows with the squared distance
+    from the anchor. The variance averaged over the posterior is smallest for an anchor
+    at the posterior mean, so during tuning the anchor moves to the mean of each window's
+    draws (the windows of the mass, Stan's schedule), and stays at the last one's.
+
+    Parameters
+    ----------
+    windows : list of (int, int)
+        Iterations ``[start, end)`` of each window.
+    """
+
+    windows: list[tuple[int, int]]
+    total: np.ndarray | None = None
+    count: int = 0
+    closed: int = 0
+
+    def observe(self, position: np.ndarray | None, iteration: int) -> np.ndarray | None:
+        """Add the draw of ``iteration`` (``None``: a divergent one, left out).
+
+        Returns the window's mean when that draw closes a window of at least 10 draws.
+        """
+        if self.closed >= len(self.windows):
+            return None
+        start, end = self.windows[self.closed]
+        if iteration >= start and position is not None:
+            self.total = position.astype(float) + (0.0 if self.total is None else self.total)
+            self.count += 1
+        if iteration + 1 < end:
+            return None
+        mean = self.total / self.count if self.count >= 10 else None
+        self.total, self.count, self.closed = None, 0, self.closed + 1
+        return mean
+
+
 class MinibatchEstimator:
     """The plain minibatch estimator: no anchor, no inputs of its own.
 
@@ -91,6 +133,7 @@ class MinibatchEstimator:
 
     name: ClassVar[str] = "minibatch"
     anchored: ClassVar[bool] = False
+    follows_tuning: bool = False
 
     def __init__(
         self,
@@ -159,6 +202,13 @@ class MinibatchEstimator:
             estimates.append(grouping.weights * estimate)
         return np.where(grouping.layout.is_local, 0.0, estimates[0] - estimates[1])
 
+    def anchor_if_finite(self, position: np.ndarray) -> Anchor | None:
+        """An anchor at ``position``, or ``None`` where the full-data pass is not finite."""
+        logp, gradient = self.passes().full_pass(position)
+        if np.isfinite(logp) and np.all(np.isfinite(gradient)):
+            return Anchor(np.asarray(position), float(logp), gradient)
+        return None
+
     def anchor_at(self, position: np.ndarray, what: str) -> Anchor:
         """An anchor at ``position``: one full-data pass there, refused where not finite."""
         logp, gradient = self.passes().full_pass(position)
@@ -180,6 +230,9 @@ class ControlVariates(MinibatchEstimator):
 
     name: ClassVar[str] = "control_variates"
     anchored: ClassVar[bool] = True
+    follows_tuning: bool = True
+    """Whether the anchor moves to each tuning window's mean (:class:`TuningWindows`);
+    the glue turns it off for an anchor the user chose."""
 
     def inputs(self, anchor: Anchor | None) -> dict[str, np.ndarray]:  # noqa: D102
         dtype = anchor.position.dtype
@@ -211,6 +264,7 @@ class SVRG(ControlVariates):
     """
 
     name: ClassVar[str] = "svrg"
+    follows_tuning: bool = False  # it follows the chain itself
 
     def next_anchor(self, anchor: Anchor | None, position: np.ndarray, iteration: int):  # noqa: D102
         if anchor is None or (iteration > 0 and iteration % self.every == 0):

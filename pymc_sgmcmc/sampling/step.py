@@ -33,8 +33,8 @@ from rich.table import Column
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize, StepSizeAdapter
-from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
-from pymc_sgmcmc.gradients.estimators import make_estimator
+from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass, adaptation_windows
+from pymc_sgmcmc.gradients.estimators import TuningWindows, make_estimator
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
@@ -97,6 +97,7 @@ class StochasticGradientState(StepMethodState):
     step_size_adapter: Any
     mass_adapter: Any
     anchor: Any
+    anchor_windows: Any
     noise: Any
     draw_stats: dict
 
@@ -363,6 +364,7 @@ class StochasticGradientStep(ArrayStepShared):
                 type(self).__name__, anchor, self.vars, self._initial_point, self._dtype
             )
             self.estimator.initial_anchor = self.estimator.anchor_at(position, "anchor=")
+            self.estimator.follows_tuning = False  # the user's anchor stays where it is
         elif self.estimator.anchored and self.mode is not None:
             mode = self.mode
             self.estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient)
@@ -609,6 +611,9 @@ class StochasticGradientStep(ArrayStepShared):
         self.refresh_pending = False
         self.position_gradient = None
         self.anchor = self.estimator.initial_anchor
+        self.anchor_windows = None
+        if self.estimator.follows_tuning:
+            self.anchor_windows = TuningWindows(adaptation_windows(self._tune_iterations))
         self.noise = noise.NoiseMonitor(self.dim)
         checked = (*self.kernel.checked_stats, *(("gradient_noise",) * self.kernel.measures_noise))
         self.draw_stats = {name: [] for name in checked}
@@ -765,6 +770,8 @@ class StochasticGradientStep(ArrayStepShared):
         if kernel.measures_noise:
             ratio = self.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
+        if self.tune and self.anchor_windows is not None:
+            self._follow_with_anchor(None if kept.diverging else kept.state.position)
         if self._learning_adapters:
             self._adapt(kept.state, kept.gradient, kept.diverging, kept.accept)
         mass = self.mass_adapter
@@ -846,6 +853,16 @@ class StochasticGradientStep(ArrayStepShared):
         if self.iteration == self._tune_iterations + self._draw_iterations:
             for message in chain_check_messages(type(self).__name__, self.draw_stats):
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def _follow_with_anchor(self, position: np.ndarray | None) -> None:
+        """At the end of a tuning window, move the anchor to the window's mean."""
+        mean = self.anchor_windows.observe(position, self.iteration - 1)
+        if mean is None:
+            return
+        anchor = self.estimator.anchor_if_finite(mean.astype(self._dtype))
+        if anchor is not None:  # else the old anchor stays: it was finite
+            self.anchor = anchor
+            self.noise.reset()  # the estimate's noise depends on the anchor
 
     def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
         """Hand the finished iteration to the adapters that learn; re-read what changed."""
