@@ -98,6 +98,24 @@ def test_groups_true_explains_why_not(data):
         assert pmsg.SGHMC(groups=False).grouping is None
 
 
+@pytest.mark.parametrize("cls", [pmsg.SGHMC, pmsg.SGLD], ids=lambda c: c.__name__)
+def test_a_grouped_step_built_afresh_with_the_same_seed_gives_identical_draws(cls, data):
+    # The groups drawn, the held locals and the anchor's moves during tuning all come
+    # from the chain's generator or from the data: two new steps, one seed, same draws.
+    model = hierarchical_model(*data)
+    runs = []
+    for _ in range(2):
+        with model:
+            step = cls(mode_kwargs={"progressbar": False})
+            assert step.grouping is not None
+            idata = pm.sample(
+                draws=30, tune=150, chains=2, cores=1, step=step, random_seed=11,
+                progressbar=False, compute_convergence_checks=False,
+            )  # fmt: skip
+        runs.append(idata.posterior["a"].values)
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
 # -- the anchor follows the chain during tuning --------------------------------------------
 
 
