@@ -166,32 +166,24 @@ class GroupedGradient:
     ) -> Target:
         """The target on ``batch`` with likelihood weights already multiplied by ``n/N``."""
 
-        def grad(x: Variable) -> Variable:
-            value = self._at(self.prior_gradient, x) + weights * self._at(
-                self.likelihood_gradient, x, batch
-            )
-            if anchor is None:
-                return value
-            at_anchor = anchor.gradient - self._at(self.prior_gradient, anchor.position)
-            return (
-                value
-                + at_anchor
-                - weights * self._at(self.likelihood_gradient, anchor.position, batch)
-            )
+        def weighted(prior: Variable, likelihood: Variable, weight: Variable, full):
+            # prior + weight · likelihood on the batch; with an anchor, its control variate
+            # (the full-data value at the anchor, less the same sum there).
+            def value(x: Variable) -> Variable:
+                here = self._at(prior, x) + weight * self._at(likelihood, x, batch)
+                if anchor is None:
+                    return here
+                at_anchor = full(anchor) - self._at(prior, anchor.position)
+                return here + at_anchor - weight * self._at(likelihood, anchor.position, batch)
 
-        def logp(x: Variable) -> Variable:
-            likelihood = self._at(self.likelihood, x, batch)
-            value = self._at(self.prior, x) + global_weight * likelihood
-            if anchor is None:
-                return value
-            at_anchor = anchor.logp - self._at(self.prior, anchor.position)
-            return (
-                value
-                + at_anchor
-                - global_weight * self._at(self.likelihood, anchor.position, batch)
-            )
+            return _once_per_position(value)
 
-        return Target(logp=_once_per_position(logp), grad=_once_per_position(grad))
+        return Target(
+            logp=weighted(self.prior, self.likelihood, global_weight, lambda a: a.logp),
+            grad=weighted(
+                self.prior_gradient, self.likelihood_gradient, weights, lambda a: a.gradient
+            ),
+        )
 
     def gradient_terms(self, indices: Variable) -> tuple[Variable, Variable]:
         """``∇log p_prior`` and ``(n/N)∇L_b`` on the rows ``indices`` (for noise probes)."""
