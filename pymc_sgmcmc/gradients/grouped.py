@@ -20,6 +20,7 @@ each step); :class:`GroupedGradient` the symbolic one (the weighted gradient).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -184,6 +185,27 @@ class GroupedGradient:
                 self.prior_gradient, self.likelihood_gradient, weights, lambda a: a.gradient
             ),
         )
+
+    def conditional(self, indices: Variable) -> tuple[Callable, Callable]:
+        """Drawn groups' exact conditional log density and its gradient (of the position).
+
+        ``log p(θ) = log p_prior(θ) + Σ_{rows} log p(y_i | θ) + const`` on ``indices``,
+        the rows of whole groups: every other row's term is constant in those locals.
+        """
+        batch = self.gathered(indices)
+        plain = pt.cast(indices.shape[0], self.prior.dtype) / pt.cast(
+            self.data[0].shape[0], self.prior.dtype
+        )  # PyMC scales the rows' sum by N/n
+
+        def logp(x: Variable) -> Variable:
+            return self._at(self.prior, x) + plain * self._at(self.likelihood, x, batch)
+
+        def gradient(x: Variable) -> Variable:
+            return self._at(self.prior_gradient, x) + plain * self._at(
+                self.likelihood_gradient, x, batch
+            )
+
+        return logp, gradient
 
     def gradient_terms(self, indices: Variable) -> tuple[Variable, Variable]:
         """``∇log p_prior`` and ``(n/N)∇L_b`` on the rows ``indices`` (for noise probes)."""

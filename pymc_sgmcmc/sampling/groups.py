@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
@@ -127,6 +128,23 @@ def _index_placeholder(index: Variable, placeholders: list[Variable]) -> Variabl
     return index if index.dtype.startswith(("int", "uint")) else None
 
 
+def _group_indexings(rows: RowLogp) -> list[tuple[Variable, Variable]]:
+    """``(v[index], its placeholder)`` for each indexing of the position by a minibatch array."""
+    placeholders = list(rows.placeholders[0])
+    indexings: list[tuple[Variable, Variable]] = []
+    for term in rows.terms[0]:
+        for var in ancestors([term]):
+            node = var.owner
+            if node is None or not isinstance(node.op, AdvancedSubtensor):
+                continue
+            if len(node.inputs) != 2 or rows.position not in ancestors([node.inputs[0]]):
+                continue
+            column = _index_placeholder(node.inputs[1], placeholders)
+            if column is not None and (var, column) not in indexings:
+                indexings.append((var, column))
+    return indexings
+
+
 def find_groups(
     rows: RowLogp, flat: FlatLogp, codes_of: Callable, n_position: int
 ) -> GroupLayout | None:
@@ -147,17 +165,7 @@ def find_groups(
         return None
     placeholders = list(rows.placeholders[0])
     position = rows.position
-    indexings: list[tuple[Variable, Variable]] = []  # (indexing output, placeholder)
-    for term in rows.terms[0]:
-        for var in ancestors([term]):
-            node = var.owner
-            if node is None or not isinstance(node.op, AdvancedSubtensor):
-                continue
-            if len(node.inputs) != 2 or position not in ancestors([node.inputs[0]]):
-                continue
-            column = _index_placeholder(node.inputs[1], placeholders)
-            if column is not None and (var, column) not in indexings:
-                indexings.append((var, column))
+    indexings = _group_indexings(rows)
     columns = {id(column): column for _, column in indexings}
     if len(columns) != 1:
         return None  # no grouping, or two grouping factors (crossed effects)
@@ -197,6 +205,93 @@ def find_groups(
         local_positions=np.concatenate(per_group, axis=1),
         dim=n_position,
     )
+
+
+@dataclass(frozen=True)
+class LocationScale:
+    """One group-indexed vector ``a = L(u) + S(u) ⊙ z``, affine in one local block ``z``.
+
+    ``value`` is ``a`` as a graph of the flat position; ``local`` is ``z``'s block.
+    """
+
+    value: Variable
+    local: _Block
+
+
+@dataclass(frozen=True)
+class LocationScaleHierarchy:
+    """The non-centred parts of a hierarchy, and the globals ``u`` they are affine in.
+
+    The likelihood reads ``u`` and every ``z`` only through the ``a`` of :attr:`parts`
+    (see :mod:`pymc_sgmcmc.dynamics.interweaving`).
+    """
+
+    parts: tuple[LocationScale, ...]
+    global_coordinates: np.ndarray
+
+
+def _reads(var: Variable, block: _Block, position: Variable) -> bool:
+    return any(_block_of(v, position) == block for v in ancestors([var]))
+
+
+def _affine_in(var: Variable, block: _Block, position: Variable) -> bool:
+    """Whether ``var`` is provably ``L + S ⊙ block`` elementwise (``L``, ``S`` free of it)."""
+    if _block_of(var, position) == block or not _reads(var, block, position):
+        return True
+    node = var.owner
+    if isinstance(node.op, DimShuffle):
+        return _affine_in(node.inputs[0], block, position)
+    if not isinstance(node.op, Elemwise):
+        return False
+    scalar, inputs = node.op.scalar_op, node.inputs
+    if isinstance(scalar, ps.Add | ps.Sub | ps.Neg):
+        return all(_affine_in(v, block, position) for v in inputs)
+    if isinstance(scalar, ps.Mul):
+        reading = [v for v in inputs if _reads(v, block, position)]
+        return len(reading) == 1 and _affine_in(reading[0], block, position)
+    if isinstance(scalar, ps.TrueDiv):
+        return not _reads(inputs[1], block, position) and _affine_in(inputs[0], block, position)
+    return False
+
+
+def find_location_scale(rows: RowLogp, layout: GroupLayout) -> LocationScaleHierarchy | None:
+    """The non-centred form ``a = L(u) + S(u) ⊙ z`` of a grouped model, or ``None``.
+
+    Every group-indexed vector of the likelihood must be affine in exactly one local
+    block (its own) and read globals; those globals must reach the likelihood through
+    the indexed vectors only. A centred model (``a`` itself sampled) has no such globals.
+    """
+    position = rows.position
+    indexings = _group_indexings(rows)
+    values = list({id(v.owner.inputs[0]): v.owner.inputs[0] for v, _ in indexings}.values())
+    parts, globals_ = [], set()
+    for value in values:
+        local: set[_Block] = set()
+        shared: set[_Block] = set()
+        try:
+            _rowwise_blocks(value, position, local, shared)
+        except _NotRowwiseError:
+            return None
+        if len(local) != 1 or not shared:
+            return None
+        (block,) = local
+        if not _affine_in(value, block, position):
+            return None
+        parts.append(LocationScale(value, block))
+        globals_ |= shared
+    if not parts or len({p.local for p in parts}) != len(parts):
+        return None
+    cut = {indexed: indexed.type() for indexed, _ in indexings}
+    for term in rows.terms[0]:
+        remaining = graph_replace(term, cut, strict=False)
+        if {_block_of(v, position) for v in ancestors([remaining])} & globals_:
+            return None
+    coordinates = np.concatenate(
+        [np.arange(b.start, b.stop) for b in sorted(globals_, key=lambda b: b.start)]
+    )
+    if layout.is_local[coordinates].any():
+        return None
+    return LocationScaleHierarchy(tuple(parts), coordinates)
 
 
 class _LikelihoodGradient:
@@ -251,11 +346,12 @@ def group_minibatches(
     sampler: str,
     learns_mass: bool = False,
     compile_kwargs: dict | None = None,
-) -> tuple[GroupedGradient, Grouping] | None:
+) -> tuple[GroupedGradient, Grouping, LocationScaleHierarchy | None] | None:
     """Minibatches of whole groups for this model and sampler, or ``None`` (rows).
 
     ``groups="auto"`` uses them where the model's groups are found and the sampler can;
-    ``True`` insists (a ``ValueError`` says why not); ``False`` draws rows.
+    ``True`` insists (a ``ValueError`` says why not); ``False`` draws rows. With them,
+    the model's non-centred form where it has one (:func:`find_location_scale`).
     """
     if groups is False or groups is None:
         return None
@@ -311,4 +407,4 @@ def group_minibatches(
         groups_per_step=layout.groups_per_step(batch_size),
         likelihood_gradient=_LikelihoodGradient(grouped, compile_kwargs),
     )
-    return grouped, grouping
+    return grouped, grouping, find_location_scale(rows, layout)
