@@ -156,9 +156,11 @@ def interweaving_errors(data, n_moves=4000):
     a = 0.4 + 0.5 * z
     draws, intercepts = run_interweaving(step, position, n_moves, seed=1)
     _, _, weights = grid_weights(
-        lambda mu, tau: log_prior(mu, tau)
-        - 0.5 * (((a - mu[..., None]) / tau[..., None]) ** 2).sum(-1)
-        - N_GROUPS * np.log(tau)
+        lambda mu, tau: (
+            log_prior(mu, tau)
+            - 0.5 * (((a - mu[..., None]) / tau[..., None]) ** 2).sum(-1)
+            - N_GROUPS * np.log(tau)
+        )
     )
     mu_grid, tau_grid, _ = grid_weights(lambda mu, tau: 0 * mu * tau)
     errors = []
@@ -228,8 +230,10 @@ def test_a_local_move_with_pymcs_minibatch_scaling_is_caught(data, monkeypatch):
         weight = self.data[0].shape[0] / indices.shape[0]
         return (
             lambda x: weight * (logp(x) - self._at(self.prior, x)) + self._at(self.prior, x),
-            lambda x: weight * (gradient(x) - self._at(self.prior_gradient, x))
-            + self._at(self.prior_gradient, x),
+            lambda x: (
+                weight * (gradient(x) - self._at(self.prior_gradient, x))
+                + self._at(self.prior_gradient, x)
+            ),
         )
 
     monkeypatch.setattr(GroupedGradient, "conditional", scaled)
@@ -238,9 +242,7 @@ def test_a_local_move_with_pymcs_minibatch_scaling_is_caught(data, monkeypatch):
 
 
 @pytest.mark.statistical
-def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(
-    data, exact_posterior
-):
+def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(data, exact_posterior):
     with model_of(*data), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         idata = pm.sample(
