@@ -38,15 +38,16 @@ def data():
     return group, intercepts[group] + NOISE_SD * rng.normal(size=group.size)
 
 
-def model_of(group, y, centred=False):
+def model_of(group, y, centred=False, batch_size=60):
+    n_groups = int(group.max()) + 1
     with pm.Model() as model:
-        group_mb, y_mb = pm.Minibatch(group, y, batch_size=60)
+        group_mb, y_mb = pm.Minibatch(group, y, batch_size=batch_size)
         mu = pm.Normal("mu", 0.0, MU_SD)
         tau = pm.HalfNormal("tau", TAU_SCALE)
         if centred:
-            a = pm.Normal("a", mu, tau, shape=N_GROUPS)
+            a = pm.Normal("a", mu, tau, shape=n_groups)
         else:
-            a = pm.Deterministic("a", mu + tau * pm.Normal("z", 0.0, 1.0, shape=N_GROUPS))
+            a = pm.Deterministic("a", mu + tau * pm.Normal("z", 0.0, 1.0, shape=n_groups))
         pm.Normal("y", a[group_mb], NOISE_SD, observed=y_mb, total_size=y.size)
     return model
 
@@ -261,3 +262,15 @@ def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(dat
     # Measured: 589 here; 57 without the moves that follow each trajectory.
     ess = float(az.ess(posterior)["tau"])
     assert ess > 200, ess
+
+
+def test_a_centred_hierarchy_without_a_mode_is_told_to_write_it_non_centred():
+    # 300 groups, over half of them with 1-3 rows: the centred joint density grows
+    # without bound as tau -> 0 and the search ends in the funnel's neck.
+    rng = np.random.default_rng(5)
+    group = np.repeat(np.arange(300), np.minimum(1 + rng.zipf(1.6, size=300), 400))
+    y = 0.3 + 0.6 * rng.normal(size=300)[group] + NOISE_SD * rng.normal(size=group.size)
+    with model_of(group, y, centred=True, batch_size=500), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(ValueError, match=r"non-centred,\s+a = mu \+ sigma \* z"):
+            pmsg.SGHMC()

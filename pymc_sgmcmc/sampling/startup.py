@@ -94,6 +94,20 @@ def find_start_mode(
     return search_mode(finder, x0, point, rng=rng, **(MODE_SEARCH_DEFAULTS | options))
 
 
+def centred_hierarchy_hint(sampler: str, error: ValueError) -> str:
+    """The mode search's failure on a grouped model whose locals are sampled directly."""
+    return (
+        f"{sampler}: {error}\n\nThis model's group parameters are sampled directly "
+        "(a[group_idx] with a sampled a). If a is a centred hierarchy, "
+        "a ~ Normal(mu, sigma), its joint density has no mode when groups have few rows: "
+        "it grows without bound as sigma goes to 0 with every a_j at mu (the funnel), so "
+        "there is no start, mass or anchor to take from it. Write it non-centred, "
+        "a = mu + sigma * z with z ~ Normal(0, 1): the samplers then redraw mu and sigma "
+        "given a after every draw, which also keeps the non-centred form right for groups "
+        "with many rows (docs/hierarchical.md)."
+    )
+
+
 def anchor_position(
     sampler: str, anchor: Any, vars: list, initial_point: dict[str, np.ndarray], dtype: Any
 ) -> np.ndarray:

@@ -365,9 +365,15 @@ class StochasticGradientStep(ArrayStepShared):
         self._chunk_rows = mode_kwargs.pop("chunk_rows", None)
         if automatic or (self.gradient == "control_variates" and anchor is None):
             finder = self._mode_finder()
-            self.mode = startup.find_start_mode(
-                finder, self.vars, self._initial_point, self._dtype, mode_kwargs, automatic
-            )
+            try:
+                self.mode = startup.find_start_mode(
+                    finder, self.vars, self._initial_point, self._dtype, mode_kwargs, automatic
+                )
+            except ValueError as error:
+                if self.grouping is None or self.interweaving is not None:
+                    raise
+                hint = startup.centred_hierarchy_hint(type(self).__name__, error)
+                raise ValueError(hint) from None
             self.mode_seconds = self.mode.seconds
             self.rows_touched_by_setup += self.mode.rows_touched
         before = self._rows_touched()
