@@ -139,7 +139,12 @@ def main() -> None:
             f"{name:>3}: worst |mean error| {error.max():.2f} sd, "
             f"sd ratio {ratio.min():.2f}-{ratio.max():.2f}"
         )
-    print(f"ESS of tau: {float(az.ess(posterior['tau'].values)):.0f}")
+    ess = az.ess(posterior)
+    intercepts = np.asarray(ess["a"].values)
+    print(
+        f"ESS of tau: {float(ess['tau']):.0f}; of the intercepts: min {intercepts.min():.0f}, "
+        f"median {np.median(intercepts):.0f}"
+    )
 
 
 if __name__ == "__main__":
