@@ -274,3 +274,100 @@ def test_a_centred_hierarchy_without_a_mode_is_told_to_write_it_non_centred():
         warnings.simplefilter("ignore", RuntimeWarning)
         with pytest.raises(ValueError, match=r"non-centred,\s+a = mu \+ sigma \* z"):
             pmsg.SGHMC()
+
+
+# A Poisson random-intercept model (log-rates of 30 sites with 1-12 yearly counts each, a
+# shared trend), against a long NUTS run on the full data: no closed form.
+N_SITES = 30
+
+
+@pytest.fixture(scope="module")
+def counts():
+    rng = np.random.default_rng(11)
+    site = np.repeat(np.arange(N_SITES), rng.integers(1, 13, size=N_SITES))
+    year = rng.normal(size=site.size)
+    log_rate = 1.0 + 0.5 * rng.normal(size=N_SITES)[site] + 0.3 * year
+    return site, year, rng.poisson(np.exp(log_rate)).astype(np.int32)
+
+
+def poisson_model(site, year, y, batch_size=None):
+    with pm.Model() as model:
+        if batch_size is None:
+            site_data, year_data, y_data, total = site, year, y, None
+        else:
+            site_data, year_data, y_data = pm.Minibatch(site, year, y, batch_size=batch_size)
+            total = y.size
+        mu = pm.Normal("mu", 0.0, 2.0)
+        sigma = pm.HalfNormal("sigma", 1.0)
+        trend = pm.Normal("trend", 0.0, 1.0)
+        z = pm.Normal("z", 0.0, 1.0, shape=N_SITES)
+        log_rate = pm.Deterministic("a", mu + sigma * z)[site_data] + trend * year_data
+        pm.Poisson("y", pm.math.exp(log_rate), observed=y_data, total_size=total)
+    return model
+
+
+@pytest.fixture(scope="module")
+def nuts_reference(counts):
+    """Per quantity: draws of 4 NUTS chains x 2,500 (their MCSEs enter the tolerance)."""
+    with poisson_model(*counts):
+        idata = pm.sample(
+            draws=2500, tune=1000, chains=4, cores=1, random_seed=5, progressbar=False,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    return {name: idata.posterior[name].values for name in ("mu", "sigma", "trend", "a")}
+
+
+def poisson_errors(counts, reference, seed=6):
+    """Worst mean and variance errors of pmsg.SGHMC() against NUTS, in combined MCSEs."""
+    with poisson_model(*counts, batch_size=40), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        step = pmsg.SGHMC()
+        idata = pm.sample(
+            draws=2000, tune=2000, chains=2, cores=1, step=step, random_seed=seed,
+            progressbar=False, compute_convergence_checks=False,
+        )  # fmt: skip
+    assert step.grouping is not None and step.interweaving is not None
+    worst_mean = worst_variance = 0.0
+    for name, nuts in reference.items():
+        ours = idata.posterior[name].values
+        ours, nuts = (v.reshape(*v.shape[:2], -1) for v in (ours, nuts))
+        pooled_nuts = nuts.reshape(-1, nuts.shape[-1])
+        mean, sd = pooled_nuts.mean(0), pooled_nuts.std(0)
+
+        def mcse(draws, centre):
+            # Of the mean and of the mean squared deviation from ``centre``.
+            squares = (draws - centre) ** 2
+            return (
+                draws.reshape(-1, draws.shape[-1]).std(0) / np.sqrt(az.ess(draws)),
+                squares.reshape(-1, draws.shape[-1]).std(0) / np.sqrt(az.ess(squares)),
+            )
+
+        ours_mean_se, ours_var_se = mcse(ours, mean)
+        nuts_mean_se, nuts_var_se = mcse(nuts, mean)
+        flat = ours.reshape(-1, ours.shape[-1])
+        z_mean = np.abs(flat.mean(0) - mean) / np.hypot(ours_mean_se, nuts_mean_se)
+        z_var = np.abs(((flat - mean) ** 2).mean(0) - sd**2) / np.hypot(ours_var_se, nuts_var_se)
+        worst_mean = max(worst_mean, float(z_mean.max()))
+        worst_variance = max(worst_variance, float(z_var.max()))
+    return worst_mean, worst_variance
+
+
+@pytest.mark.statistical
+def test_sghmc_defaults_match_nuts_on_a_poisson_random_intercept_model(counts, nuts_reference):
+    worst_mean, worst_variance = poisson_errors(counts, nuts_reference)
+    # 4.5 combined standard errors over 33 quantities: a false alarm has p < 3e-4.
+    assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
+
+
+@pytest.mark.statistical
+def test_interweaving_without_the_jacobian_is_caught_on_the_poisson_model(
+    counts, nuts_reference, monkeypatch
+):
+    recentred = interweaving.recentred
+    monkeypatch.setattr(
+        sampling_interweaving,
+        "recentred",
+        lambda a, location, scale: (recentred(a, location, scale)[0], 0.0 * scale.sum()),
+    )
+    worst_mean, worst_variance = poisson_errors(counts, nuts_reference)
+    assert worst_mean > 4.5 or worst_variance > 4.5, (worst_mean, worst_variance)
