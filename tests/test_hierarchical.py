@@ -52,7 +52,7 @@ def hierarchical_model(group, y):
 
 
 def sample_and_compare(cls, data, exact):
-    """Worst standardised mean error (in MCSEs) and worst sd ratio over all 41 coordinates."""
+    """Worst mean and variance errors over all 41 coordinates, in Monte Carlo errors."""
     with hierarchical_model(*data), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         step = cls()
@@ -68,17 +68,20 @@ def sample_and_compare(cls, data, exact):
     flat = draws.reshape(-1, draws.shape[-1])
     mcse = flat.std(axis=0) / np.sqrt(ess)
     z = np.abs(flat.mean(axis=0) - mean) / mcse
-    # An sd from ESS draws has a relative error of about 1/sqrt(2 ESS).
-    ratio_error = np.abs(flat.std(axis=0) / sd - 1.0) / np.sqrt(1.0 / (2.0 * ess))
-    return float(z.max()), float(ratio_error.max())
+    # The variance's error from the ESS of the squared deviations: the squares can mix
+    # more slowly than the draws (1/sqrt(2 ESS) of the draws understated it 1.4x here).
+    squares = (draws - mean) ** 2
+    squares_mcse = squares.reshape(flat.shape).std(axis=0) / np.sqrt(az.ess(squares))
+    variance_error = np.abs(squares.reshape(flat.shape).mean(axis=0) - sd**2) / squares_mcse
+    return float(z.max()), float(variance_error.max())
 
 
 @pytest.mark.parametrize("cls", [pmsg.SGHMC, pmsg.SGLD], ids=lambda c: c.__name__)
 def test_whole_groups_give_the_exact_hierarchical_posterior_with_defaults(cls, data, exact):
     # 4.5 standard errors over 41 coordinates: a false alarm has probability < 3e-4.
-    worst_mean, worst_sd = sample_and_compare(cls, data, exact)
+    worst_mean, worst_variance = sample_and_compare(cls, data, exact)
     assert worst_mean < 4.5, worst_mean
-    assert worst_sd < 4.5, worst_sd
+    assert worst_variance < 4.5, worst_variance
 
 
 def test_local_gradients_scaled_as_global_ones_are_caught(data, exact, monkeypatch):
@@ -87,8 +90,8 @@ def test_local_gradients_scaled_as_global_ones_are_caught(data, exact, monkeypat
         return np.full(self.dim, self.n_groups / groups_per_step)
 
     monkeypatch.setattr(GroupLayout, "coordinate_weights", as_if_global)
-    worst_mean, worst_sd = sample_and_compare(pmsg.SGHMC, data, exact)
-    assert worst_mean > 4.5 or worst_sd > 4.5, (worst_mean, worst_sd)
+    worst_mean, worst_variance = sample_and_compare(pmsg.SGHMC, data, exact)
+    assert worst_mean > 4.5 or worst_variance > 4.5, (worst_mean, worst_variance)
 
 
 def test_groups_true_explains_why_not(data):

@@ -371,3 +371,14 @@ def test_interweaving_without_the_jacobian_is_caught_on_the_poisson_model(
     )
     worst_mean, worst_variance = poisson_errors(counts, nuts_reference)
     assert worst_mean > 4.5 or worst_variance > 4.5, (worst_mean, worst_variance)
+
+
+def test_a_grouped_steps_gradient_noise_is_measured_on_whole_groups(data):
+    # Drawn groups' locals get their exact gradient, undrawn ones do not move: the noise
+    # that caps the step is the globals' alone (it was measured on rows of every group,
+    # whose noise in the intercepts capped the step far lower).
+    step = quiet_step(model_of(*data))
+    position = flat_point(step, mu=0.4, tau_log__=np.log(0.5), z=np.zeros(N_GROUPS))
+    variance = step.gradient_noise_variance(position, rng=np.random.default_rng(0))
+    local = step.grouping.layout.is_local
+    assert np.all(variance[local] == 0.0) and np.all(variance[~local] > 0.0)

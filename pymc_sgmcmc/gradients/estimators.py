@@ -171,15 +171,19 @@ class MinibatchEstimator:
     ) -> np.ndarray:
         """One measurement of the estimate's variance at ``position``, whitened.
 
-        Two independent minibatches (of the sampler's batch sizes, rows from ``rng``) give
+        Two independent minibatches (of the sampler's batch sizes, rows from ``rng``; of
+        ``K`` whole groups each where the step draws groups, the locals then exact) give
         two estimates ``g₁``, ``g₂`` of the gradient; ``d = L⁻¹(g₁ − g₂)`` with ``M = LLᵀ``
         and ``d²/2`` is an unbiased estimate of ``diag(L⁻¹VL⁻ᵀ)``.
         """
-        draws = [
-            [rng.integers(0, n, size=b) for n, b in zip(n_rows, self.batch_sizes, strict=True)]
-            for _ in range(2)
-        ]
-        difference = self._difference(position, anchor, draws)
+        if self.grouping is not None:
+            difference = self._grouped_difference(position, anchor, rng)
+        else:
+            draws = [
+                [rng.integers(0, n, size=b) for n, b in zip(n_rows, self.batch_sizes, strict=True)]
+                for _ in range(2)
+            ]
+            difference = self._difference(position, anchor, draws)
         return np.asarray(metric.whiten(difference), dtype=float) ** 2 / 2.0
 
     def _difference(
