@@ -14,6 +14,7 @@ import pytest
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.grouped import GroupLayout
+from pymc_sgmcmc.sampling.step import StochasticGradientStep
 
 N_GROUPS, GROUP_SD, NOISE_SD, PRIOR_SD = 40, 1.0, 2.0, 10.0
 
@@ -84,11 +85,23 @@ def test_whole_groups_give_the_exact_hierarchical_posterior_with_defaults(cls, d
     assert worst_variance < 4.5, worst_variance
 
 
+def without_exact_local_moves(monkeypatch):
+    """The kernel alone: the exact moves after each trajectory would mend its locals."""
+    monkeypatch.setattr(StochasticGradientStep, "_update_locals", lambda self, kept: kept)
+
+
+def test_the_grouped_estimator_alone_gives_the_exact_posterior(data, exact, monkeypatch):
+    without_exact_local_moves(monkeypatch)
+    worst_mean, worst_variance = sample_and_compare(pmsg.SGHMC, data, exact)
+    assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
+
+
 def test_local_gradients_scaled_as_global_ones_are_caught(data, exact, monkeypatch):
     # The wrong estimator: a drawn group's rows weighted J/K for its own intercept too.
     def as_if_global(self, groups_per_step):
         return np.full(self.dim, self.n_groups / groups_per_step)
 
+    without_exact_local_moves(monkeypatch)
     monkeypatch.setattr(GroupLayout, "coordinate_weights", as_if_global)
     worst_mean, worst_variance = sample_and_compare(pmsg.SGHMC, data, exact)
     assert worst_mean > 4.5 or worst_variance > 4.5, (worst_mean, worst_variance)

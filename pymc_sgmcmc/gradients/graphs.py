@@ -10,7 +10,7 @@ PyMC model; estimators and full-data passes here only read them.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytensor
 import pytensor.tensor as pt
@@ -120,6 +120,10 @@ class RowLogp:
         Per group, one placeholder per array of its ``pm.Minibatch`` call.
     position : TensorVariable
         The flat position (the same variable as :attr:`FlatLogp.position`).
+    prior_terms : list of TensorVariable
+        The terms of :attr:`prior` one by one; elementwise (not summed) when the graph
+        was built with ``elementwise=True``, and then so are :attr:`terms` (the rows on
+        their leading axis).
     """
 
     prior: Variable
@@ -127,3 +131,4 @@ class RowLogp:
     scaled: list[list[bool]]
     placeholders: list[list[Variable]]
     position: Variable
+    prior_terms: list[Variable] = field(default_factory=list)

@@ -67,6 +67,11 @@ class GroupLayout:
         self._global_mask[self.local_positions.ravel()] = 0.0
 
     @property
+    def counts(self) -> np.ndarray:
+        """Rows of each group."""
+        return self._counts
+
+    @property
     def n_rows(self) -> int:
         """Rows of the data."""
         return int(self.codes.size)
@@ -83,6 +88,18 @@ class GroupLayout:
     def coordinate_weights(self, groups_per_step: int) -> np.ndarray:
         """Likelihood weight of each coordinate: ``J/K`` for globals, 1 for locals."""
         return np.where(self.is_local, 1.0, self.n_groups / groups_per_step)
+
+    def rows_of(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All rows of ``groups``, one group after the other, and each row's group index.
+
+        Row ``r`` of the concatenation is ``_order[_starts[g] + (r − start of g's run)]``;
+        the index is the group's place in ``groups``.
+        """
+        lengths = self._counts[groups]
+        ends = np.cumsum(lengths)
+        offsets = np.repeat(self._starts[groups] - (ends - lengths), lengths)
+        rows = self._order[offsets + np.arange(ends[-1] if ends.size else 0)]
+        return rows, np.repeat(np.arange(groups.size), lengths)
 
     def draw(
         self, rng: np.random.Generator, n_sets: int, groups_per_step: int
@@ -107,12 +124,9 @@ class GroupLayout:
         groups = np.concatenate(
             [rng.permutation(n_groups)[: per_permutation * k] for _ in range(n_permutations)]
         )[: n_sets * k].reshape(n_sets, k)
-        lengths = self._counts[groups].ravel()
-        ends = np.cumsum(lengths)
-        # Row r of the concatenation is _order[_starts[g] + (r − start of g's run)].
-        offsets = np.repeat(self._starts[groups].ravel() - (ends - lengths), lengths)
-        rows = self._order[offsets + np.arange(ends[-1] if ends.size else 0)]
-        bounds = np.concatenate([[0], np.cumsum(lengths.reshape(n_sets, k).sum(axis=1))])
+        rows, _ = self.rows_of(groups.ravel())
+        lengths = self._counts[groups]
+        bounds = np.concatenate([[0], np.cumsum(lengths.sum(axis=1))])
         mask = np.repeat(self._global_mask[None, :], n_sets, axis=0)
         mask[np.arange(n_sets)[:, None], self.local_positions[groups].reshape(n_sets, -1)] = 1.0
         return rows, bounds, mask

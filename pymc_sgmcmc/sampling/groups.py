@@ -24,6 +24,7 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
+from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
@@ -32,7 +33,7 @@ from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
 
 from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.gradients.estimators import Grouping
-from pymc_sgmcmc.gradients.graphs import FlatLogp, RowLogp
+from pymc_sgmcmc.gradients.graphs import FlatLogp, RowLogp, as_shared_data
 from pymc_sgmcmc.gradients.grouped import GroupedGradient, GroupLayout
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling.data_checks import data_value
@@ -105,8 +106,21 @@ def _rowwise_blocks(var: Variable, position: Variable, local: set, shared: set) 
         _all_blocks(node.inputs[1], position, shared)
         return
     if isinstance(op, Alloc):
-        # A broadcast to the groups' shape: the value is shared by every group.
-        _all_blocks(node.inputs[0], position, shared)
+        value = node.inputs[0]
+        if value.type.ndim == var.type.ndim and not value.type.broadcastable[0]:
+            # Already one row per group (PyMC allocates an elementwise log density to
+            # the variable's shape): the rows pass through.
+            _rowwise_blocks(value, position, local, shared)
+        else:
+            # A broadcast to the groups' shape: the value is shared by every group.
+            _all_blocks(value, position, shared)
+        return
+    if isinstance(op, CheckAndRaise):
+        # A parameter check (sigma > 0) passes its value through; what the conditions
+        # read counts as read by every group.
+        _rowwise_blocks(node.inputs[0], position, local, shared)
+        for condition in node.inputs[1:]:
+            _all_blocks(condition, position, shared)
         return
     raise _NotRowwiseError
 
@@ -294,6 +308,94 @@ def find_location_scale(rows: RowLogp, layout: GroupLayout) -> LocationScaleHier
     return LocationScaleHierarchy(tuple(parts), coordinates)
 
 
+class GroupLogDensities:
+    """Each drawn group's conditional log density, for a per-group Metropolis test.
+
+    ``log p_j(θ) = Σ prior terms' row j + Σ_{i ∈ rows of j} log p(y_i | θ)``: the locals'
+    prior terms are PyMC's elementwise ones, row ``j`` reading group ``j``'s locals only
+    (:func:`group_log_densities` checks it), and the likelihood is summed row by row into
+    its group. Terms that read no local are constant in a local move and left out.
+    """
+
+    def __init__(
+        self, rows: RowLogp, local_prior: list[Variable], data: list[Variable], n_groups: int
+    ) -> None:
+        self.position = rows.position
+        self.placeholders = list(rows.placeholders[0])
+        self.local_prior = local_prior
+        self.likelihood = rows.terms[0]
+        self.data = [as_shared_data(d) for d in data]
+        self.n_groups = n_groups
+
+    def __call__(
+        self, x: Variable, rows: Variable, segments: Variable, groups: Variable
+    ) -> Variable:
+        """``log p_j(x)`` of each of ``groups`` (``rows``: theirs, ``segments``: whose)."""
+        batch = {p: d[rows] for p, d in zip(self.placeholders, self.data, strict=True)}
+        prior = pt.add(
+            *(
+                _replaced(term, {self.position: x}).reshape((self.n_groups, -1)).sum(1)
+                for term in self.local_prior
+            )
+        )[groups]
+        per_row = pt.add(
+            *(
+                flat.sum(1)
+                for term in self.likelihood
+                for flat in [
+                    _replaced(term, {self.position: x, **batch}).reshape((rows.shape[0], -1))
+                ]
+            )
+        )
+        likelihood = pt.inc_subtensor(
+            pt.zeros_like(prior)[segments], self.row_weight(rows, x.dtype) * per_row
+        )
+        return prior + likelihood
+
+    def row_weight(self, rows: Variable, dtype: str) -> Variable:
+        """``n/N``, which undoes PyMC's ``N/n`` on a minibatch's terms: each row once."""
+        return pt.cast(rows.shape[0], dtype) / pt.cast(self.data[0].shape[0], dtype)
+
+
+def _replaced(graph: Variable, replace: dict) -> Variable:
+    # graph_replace keeps the replacements themselves (clone_replace copies them, and a
+    # gradient with respect to the new position would find it disconnected).
+    return graph_replace(graph, replace, strict=False)
+
+
+def group_log_densities(
+    model, flat: FlatLogp, vars: list[Variable], initial_point: dict, layout: GroupLayout
+) -> GroupLogDensities | None:
+    """Per-group log densities of a grouped model (``None``: a prior not row by row).
+
+    A prior that ties groups together (e.g. a sum-to-zero constraint) has no per-group
+    split; the local move then tests all its groups at once.
+    """
+    rows = row_logp(model, flat, vars, initial_point, elementwise=True)
+    position = rows.position
+    if any(term.ndim < 1 for term in rows.terms[0]):
+        return None
+    local_prior = []
+    for term in rows.prior_terms:
+        blocks = {_block_of(v, position) for v in ancestors([term])} - {None}
+        if not any(layout.is_local[b.start : b.stop].any() for b in blocks):
+            continue
+        local: set[_Block] = set()
+        shared: set[_Block] = set()
+        try:
+            _rowwise_blocks(term, position, local, shared)
+        except _NotRowwiseError:
+            return None
+        if term.ndim < 1 or any(layout.is_local[b.start : b.stop].any() for b in shared):
+            return None
+        if any(b.shape[0] != layout.n_groups for b in local):
+            return None
+        local_prior.append(term)
+    if not local_prior:
+        return None
+    return GroupLogDensities(rows, local_prior, flat.groups[0].data, layout.n_groups)
+
+
 class _LikelihoodGradient:
     """``(position, rows) -> (n/N)∇L_b``, compiled on first use (and again after pickling)."""
 
@@ -346,12 +448,15 @@ def group_minibatches(
     sampler: str,
     learns_mass: bool = False,
     compile_kwargs: dict | None = None,
-) -> tuple[GroupedGradient, Grouping, LocationScaleHierarchy | None] | None:
+) -> (
+    tuple[GroupedGradient, Grouping, LocationScaleHierarchy | None, GroupLogDensities | None] | None
+):
     """Minibatches of whole groups for this model and sampler, or ``None`` (rows).
 
     ``groups="auto"`` uses them where the model's groups are found and the sampler can;
     ``True`` insists (a ``ValueError`` says why not); ``False`` draws rows. With them,
-    the model's non-centred form where it has one (:func:`find_location_scale`).
+    the model's non-centred form where it has one (:func:`find_location_scale`) and its
+    groups' own log densities where its locals' prior is row by row.
     """
     if groups is False or groups is None:
         return None
@@ -407,4 +512,5 @@ def group_minibatches(
         groups_per_step=layout.groups_per_step(batch_size),
         likelihood_gradient=_LikelihoodGradient(grouped, compile_kwargs),
     )
-    return grouped, grouping, find_location_scale(rows, layout)
+    per_group = group_log_densities(model, flat, vars, initial_point, layout)
+    return grouped, grouping, find_location_scale(rows, layout), per_group

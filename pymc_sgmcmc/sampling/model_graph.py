@@ -196,8 +196,14 @@ def _replace_rebuilding(
     return [memo.get(o, o) for o in outputs]
 
 
-def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowLogp:
+def row_logp(
+    model, flat: FlatLogp, vars: list[Variable], initial_point, *, elementwise: bool = False
+) -> RowLogp:
     """The log density of ``model`` with placeholders of any length for its minibatches.
+
+    With ``elementwise``, every term is PyMC's elementwise log density of its variable
+    (``sum=False``: a likelihood term has the rows on its leading axis), and the prior's
+    terms are kept one by one.
 
     Every ``pm.Minibatch`` output is replaced in the model (as PyMC's own
     ``remove_minibatched_nodes`` does) by a placeholder whose length is not fixed, and the
@@ -241,7 +247,9 @@ def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowL
     shared_by_name = {v.name: s for v, s in flat.shared.items()}
     row_shared = {v: shared_by_name[v.name] for v in row_model.value_vars if v.name not in names}
     variables = [*row_model.basic_RVs, *row_model.potentials]
-    raw_terms = [row_model.logp(vars=[rv]) for rv in variables]
+    raw_terms = [row_model.logp(vars=[rv], sum=not elementwise) for rv in variables]
+    if elementwise:
+        raw_terms = [term for (term,) in raw_terms]
     joined, position = join_nonshared_inputs(initial_point, raw_terms, row_vars, row_shared)
     joined = clone_replace(joined, {position: flat.position})
 
@@ -263,10 +271,12 @@ def row_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> RowL
         terms[reads[0]].append(term)
         owner = getattr(rv, "owner", None)
         scaled[reads[0]].append(owner is not None and isinstance(owner.op, MinibatchRandomVariable))
-    prior = pt.add(*prior_terms) if prior_terms else pt.zeros((), dtype=flat.logp.dtype)
+    summed = [term.sum() for term in prior_terms] if elementwise else prior_terms
+    prior = pt.add(*summed) if summed else pt.zeros((), dtype=flat.logp.dtype)
     return RowLogp(
-        prior=prior, terms=terms, scaled=scaled, placeholders=placeholders, position=flat.position
-    )
+        prior=prior, terms=terms, scaled=scaled, placeholders=placeholders,
+        position=flat.position, prior_terms=prior_terms,
+    )  # fmt: skip
 
 
 @contextmanager

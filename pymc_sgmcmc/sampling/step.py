@@ -296,12 +296,16 @@ class StochasticGradientStep(ArrayStepShared):
             gradient=self.gradient, minibatch=minibatch, sampler=name,
             learns_mass=self.mass_adapter_class is not None, compile_kwargs=compile_kwargs,
         )  # fmt: skip
-        self._grouped, self.grouping, hierarchy = found if found is not None else (None,) * 3
+        self._grouped, self.grouping, hierarchy, per_group = (
+            found if found is not None else (None,) * 4
+        )
         # After each trajectory, drawn groups' locals get an exact update and a non-centred
         # hierarchy's globals are redrawn given its group vectors: without them, locals and
         # scale had ESS 3-15 in 4,000 draws (docs/hierarchical.md).
         self.local_move = (
-            ExactLocalMove(self._grouped, compile_kwargs) if self.grouping is not None else None
+            ExactLocalMove(self._grouped, self.grouping.layout, per_group, compile_kwargs)
+            if self.grouping is not None
+            else None
         )
         self.interweaving = (
             InterweavingMove(self._grouped.position, self._grouped.prior, hierarchy, compile_kwargs)
@@ -918,17 +922,26 @@ class StochasticGradientStep(ArrayStepShared):
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _update_locals(self, kept: Outcome) -> Outcome:
-        """Move the locals of groups drawn afresh by an exact, Metropolis-corrected step."""
-        layout = self.grouping.layout
-        groups = min(layout.n_groups, LOCAL_GROUPS_PER_STEP * self.grouping.groups_per_step)
-        rows, _, mask = layout.draw(self.rng, 1, groups)
-        moving = (mask[0] == 1.0) & layout.is_local
-        step_size = float(self.local_step_size.current(self.tune))
-        moved, accept = self.local_move.move(
-            kept.state.position, rows, moving, self.params.metric.inverse, step_size, self.rng
-        )
-        self.local_step_size.update(accept, self.tune)
-        return kept._replace(state=kept.state._replace(position=moved), gradient=None)
+        """Move groups' locals by an exact, Metropolis-corrected step given the rest.
+
+        With a test per group (a prior row by row), every group, in chunks of rows;
+        otherwise ``4K`` groups drawn afresh, tested together.
+        """
+        move, n_groups = self.local_move, self.grouping.layout.n_groups
+        position = kept.state.position
+        if move.per_group is not None:
+            for groups in move.chunks(self.rng.permutation(n_groups)):
+                position, _ = move.move(position, groups, None, 0.0, self.rng)
+        else:
+            groups = self.rng.permutation(n_groups)[
+                : min(n_groups, LOCAL_GROUPS_PER_STEP * self.grouping.groups_per_step)
+            ]
+            step_size = float(self.local_step_size.current(self.tune))
+            position, accept = move.move(
+                position, groups, self.params.metric.inverse, step_size, self.rng
+            )
+            self.local_step_size.update(accept, self.tune)
+        return kept._replace(state=kept.state._replace(position=position), gradient=None)
 
     def _interweave(self, kept: Outcome) -> Outcome:
         """Redraw a non-centred hierarchy's globals given its group vectors."""
