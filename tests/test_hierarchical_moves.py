@@ -192,8 +192,12 @@ def test_interweaving_without_the_jacobian_is_caught(data, monkeypatch):
     assert errors.max() > 10.0, errors
 
 
-def local_move_errors(data, per_group=True, n_moves=6000):
-    """The local move alone, 10 of the 40 groups each time, globals held: z's errors."""
+def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000):
+    """The local move alone, 10 of the 40 groups each time, globals held: z's errors.
+
+    ``fixed_curvature``: the Newton proposal with a given curvature, 0.7 times each
+    conditional's precision (a proposal that does not match must still be exact).
+    """
     group, y = data
     step = quiet_step(model_of(group, y))
     move = step.local_move
@@ -205,23 +209,31 @@ def local_move_errors(data, per_group=True, n_moves=6000):
     rng = np.random.default_rng(2)
     inv_mass = np.ones(position.size)
     z_at = step.grouping.layout.local_positions[:, 0]
-    draws = []
-    for _ in range(n_moves):
-        groups = rng.permutation(N_GROUPS)[:10]
-        position, _ = move.move(position, groups, inv_mass, 0.3, rng)
-        draws.append(position[z_at])
-    draws = np.array(draws)
     # z_j | mu, tau, y ~ N(m_j, v_j): precision 1 + n_j tau²/σ², shift tau Σ (y − mu)/σ².
     sizes = np.bincount(group)
     variance = 1 / (1 + sizes * tau**2 / NOISE_SD**2)
     mean = variance * tau * np.bincount(group, y - mu) / NOISE_SD**2
+    curvature = None
+    if fixed_curvature:
+        curvature = np.ones(position.size)
+        curvature[z_at] = 0.7 / variance
+    draws = []
+    for _ in range(n_moves):
+        groups = rng.permutation(N_GROUPS)[:10]
+        position = move.move(position, groups, inv_mass, 0.3, rng, curvature).position
+        draws.append(position[z_at])
+    draws = np.array(draws)
     z_mean, z_variance = standard_errors(draws, mean, np.sqrt(variance))
     return float(z_mean.max()), float(z_variance.max())
 
 
-@pytest.mark.parametrize("per_group", [True, False], ids=["a test per group", "one test"])
-def test_the_local_move_draws_the_locals_given_the_globals(data, per_group):
-    worst_mean, worst_variance = local_move_errors(data, per_group)
+@pytest.mark.parametrize(
+    "per_group, fixed_curvature",
+    [(True, False), (True, True), (False, False)],
+    ids=["a test per group", "a test per group, fixed curvature", "one test"],
+)
+def test_the_local_move_draws_the_locals_given_the_globals(data, per_group, fixed_curvature):
+    worst_mean, worst_variance = local_move_errors(data, per_group, fixed_curvature)
     # 4.5 standard errors over 40 coordinates: a false alarm has probability < 3e-4.
     assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
 

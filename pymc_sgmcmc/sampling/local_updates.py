@@ -25,6 +25,8 @@ because no other row reads them.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -59,6 +61,9 @@ TARGET_ACCEPT = 0.8
 STEP_JITTER = 0.5
 """Each move's step size is drawn uniformly within this fraction of the tuned one."""
 
+CURVATURE_AVERAGING = 0.05
+"""Weight of the newest fit in each coordinate's running curvature during tuning."""
+
 MIN_CURVATURE = 1e-8
 """A group's curvature below this (not concave there) is raised to it in the proposal."""
 
@@ -69,6 +74,34 @@ INITIAL_STEP_SIZE = 0.5
 def local_step_size_adapter() -> DualAverageAdaptation:
     """A fresh dual averaging of the local move's step size (PyMC's NUTS constants)."""
     return DualAverageAdaptation(INITIAL_STEP_SIZE, TARGET_ACCEPT, 0.05, 0.75, 10)
+
+
+class LocalMoveResult(NamedTuple):
+    """What a local move returns.
+
+    The kept position, the mean acceptance probability and, where the move fitted it,
+    each coordinate's curvature where it started (1 off the moving block).
+    """
+
+    position: np.ndarray
+    accept: float
+    curvature: np.ndarray | None
+
+
+def averaged_curvature(
+    average: np.ndarray | None, fitted: np.ndarray, moved: np.ndarray
+) -> np.ndarray:
+    """Each coordinate's running curvature, updated where ``moved``.
+
+    An exponential average with weight :data:`CURVATURE_AVERAGING` on the newest fit; a
+    coordinate's first fit is taken as it is, and a coordinate never fitted is 1.
+    """
+    if average is None:
+        average = np.full(fitted.shape, np.nan)
+    unseen = np.isnan(average)
+    updated = (1.0 - CURVATURE_AVERAGING) * average + CURVATURE_AVERAGING * fitted
+    updated = np.where(unseen, fitted, updated)
+    return np.where(moved, updated, average)
 
 
 class ExactLocalMove:
@@ -101,10 +134,10 @@ class ExactLocalMove:
     ) -> None:
         self.grouped, self.layout, self.per_group = grouped, layout, per_group
         self.compile_kwargs = compile_kwargs
-        self._function = self._newton = None
+        self._function = self._newton = self._newton_fixed = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_function": None, "_newton": None}
+        return {**self.__dict__, "_function": None, "_newton": None, "_newton_fixed": None}
 
     def chunks(self, groups: np.ndarray) -> list[np.ndarray]:
         """``groups`` in consecutive chunks of about :data:`ROWS_PER_CALL` rows (< 2x)."""
@@ -113,7 +146,13 @@ class ExactLocalMove:
         return [c for c in np.split(groups, np.unique(bounds)) if c.size]
 
     def _compile_newton(self) -> None:
-        """The per-group Newton proposal and its log acceptance ratio, compiled."""
+        """The per-group Newton proposal and its log acceptance ratio, compiled twice.
+
+        ``_newton``: with each group's curvature fitted where it stands and where it
+        goes (two Hessian products per local dimension), also returning the fitted
+        curvature; ``_newton_fixed``: with a curvature given (no Hessian products, about
+        3.5 times cheaper: a sweep of 2,000 groups of 100 rows took 40 ms fitted).
+        """
         x = self.grouped.position
         dtype = x.dtype
         rows = pt.vector("rows", dtype="int64")
@@ -140,18 +179,36 @@ class ExactLocalMove:
             curvature = pt.switch(moving > 0, pt.maximum(curvature, MIN_CURVATURE), 1.0)
             return values, gradient * moving, curvature
 
-        def log_proposal(to, fit_at, from_):
-            _, gradient, curvature = fit_at
-            return newton_log_density(to, from_, gradient, curvature, positions)
+        fixed = pt.vector("curvature", dtype=dtype)
 
-        here = local_fit(x)
-        proposal = newton_proposal(x, here[1], here[2], normal * moving)
-        there = local_fit(proposal)
-        log_ratio = (
-            there[0] - here[0] + log_proposal(x, there, proposal) - log_proposal(proposal, here, x)
-        )
+        def fixed_fit(q):
+            values = log_densities(q)
+            gradient = pt.grad(values.sum(), q)
+            curvature = pt.switch(moving > 0, pt.maximum(fixed, MIN_CURVATURE), 1.0)
+            return values, gradient * moving, curvature
+
+        def proposal_and_ratio(fit):
+            def log_proposal(to, fit_at, from_):
+                _, gradient, curvature = fit_at
+                return newton_log_density(to, from_, gradient, curvature, positions)
+
+            here = fit(x)
+            proposal = newton_proposal(x, here[1], here[2], normal * moving)
+            there = fit(proposal)
+            log_ratio = (
+                there[0]
+                - here[0]
+                + log_proposal(x, there, proposal)
+                - log_proposal(proposal, here, x)
+            )
+            return proposal, log_ratio, here[2]
+
+        inputs = [x, rows, segments, groups, normal]
         self._newton = compile_graph(
-            [x, rows, segments, groups, normal], [proposal, log_ratio], self.compile_kwargs
+            inputs, list(proposal_and_ratio(local_fit)), self.compile_kwargs
+        )
+        self._newton_fixed = compile_graph(
+            [*inputs, fixed], list(proposal_and_ratio(fixed_fit)[:2]), self.compile_kwargs
         )
 
     def _compile(self) -> None:
@@ -194,18 +251,21 @@ class ExactLocalMove:
         self,
         position: np.ndarray,
         groups: np.ndarray,
-        inv_mass: np.ndarray,
+        inv_mass: np.ndarray | None,
         step_size: float,
         rng: np.random.Generator,
-    ) -> tuple[np.ndarray, float]:
+        curvature: np.ndarray | None = None,
+    ) -> LocalMoveResult:
         """One move of the locals of ``groups`` given everything else.
 
-        Returns the kept position and the mean acceptance probability.
+        With a test per group, ``curvature`` (each coordinate's, e.g. averaged over
+        tuning) replaces the one fitted at each point; ``inv_mass`` and ``step_size``
+        are the Hamiltonian move's.
         """
         rows, segments = self.layout.rows_of(groups)
         coordinates = self.layout.local_positions[groups]
         if self.per_group is not None:
-            return self._newton_move(position, groups, rows, segments, coordinates, rng)
+            return self._newton_move(position, groups, rows, segments, coordinates, rng, curvature)
         if self._function is None:
             self._compile()
         dtype = position.dtype
@@ -230,19 +290,26 @@ class ExactLocalMove:
         kept = position.copy()
         if accepted[0]:
             kept[coordinates.ravel()] = end[coordinates.ravel()]
-        return kept, float(np.exp(log_accept[0]))
+        return LocalMoveResult(kept, float(np.exp(log_accept[0])), None)
 
-    def _newton_move(self, position, groups, rows, segments, coordinates, rng):
+    def _newton_move(self, position, groups, rows, segments, coordinates, rng, curvature):
         if self._newton is None:
             self._compile_newton()
         normal = rng.standard_normal(position.size).astype(position.dtype)
-        proposal, log_ratio = self._newton(
+        arguments = [
             position, rows.astype(np.int64), segments.astype(np.int64),
             groups.astype(np.int64), normal,
-        )  # fmt: skip
+        ]  # fmt: skip
+        if curvature is None:
+            proposal, log_ratio, fitted = self._newton(*arguments)
+        else:
+            fitted = None
+            proposal, log_ratio = self._newton_fixed(
+                *arguments, np.asarray(curvature, dtype=position.dtype)
+            )
         log_ratio = np.where(np.isnan(log_ratio), -np.inf, np.minimum(0.0, log_ratio))
         accepted = np.log(rng.uniform(size=log_ratio.size)) < log_ratio
         kept = position.copy()
         taken = coordinates[accepted].ravel()
         kept[taken] = proposal[taken]
-        return kept, float(np.mean(np.exp(log_ratio)))
+        return LocalMoveResult(kept, float(np.mean(np.exp(log_ratio))), fitted)

@@ -49,6 +49,7 @@ from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scal
 from pymc_sgmcmc.sampling.local_updates import (
     LOCAL_GROUPS_PER_STEP,
     ExactLocalMove,
+    averaged_curvature,
     local_step_size_adapter,
 )
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
@@ -106,6 +107,7 @@ class StochasticGradientState(StepMethodState):
     anchor_windows: Any
     interweaving_log_scales: Any
     local_step_size: Any
+    local_curvature: Any
     noise_inflation: Any
     noise: Any
     draw_stats: dict
@@ -649,6 +651,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.anchor_windows = None
         self.interweaving_log_scales = None  # set where the chain starts
         self.local_step_size = local_step_size_adapter()
+        self.local_curvature = None  # averaged over the tuning draws
         self.noise_inflation = None  # set from the first noise measurement (grouped steps)
         if self.estimator.follows_tuning:
             self.anchor_windows = TuningWindows(adaptation_windows(self._tune_iterations))
@@ -930,17 +933,28 @@ class StochasticGradientStep(ArrayStepShared):
         move, n_groups = self.local_move, self.grouping.layout.n_groups
         position = kept.state.position
         if move.per_group is not None:
+            # During tuning each group's curvature is fitted at every move and averaged;
+            # the kept draws use the average: a fixed kernel, and no Hessian products.
+            frozen = None
+            if not self.tune and self.local_curvature is not None:
+                frozen = np.nan_to_num(self.local_curvature, nan=1.0)
             for groups in move.chunks(self.rng.permutation(n_groups)):
-                position, _ = move.move(position, groups, None, 0.0, self.rng)
+                result = move.move(position, groups, None, 0.0, self.rng, frozen)
+                position = result.position
+                if result.curvature is not None:
+                    moved = np.zeros(self.dim, dtype=bool)
+                    moved[self.grouping.layout.local_positions[groups].ravel()] = True
+                    self.local_curvature = averaged_curvature(
+                        self.local_curvature, result.curvature, moved
+                    )
         else:
             groups = self.rng.permutation(n_groups)[
                 : min(n_groups, LOCAL_GROUPS_PER_STEP * self.grouping.groups_per_step)
             ]
             step_size = float(self.local_step_size.current(self.tune))
-            position, accept = move.move(
-                position, groups, self.params.metric.inverse, step_size, self.rng
-            )
-            self.local_step_size.update(accept, self.tune)
+            result = move.move(position, groups, self.params.metric.inverse, step_size, self.rng)
+            position = result.position
+            self.local_step_size.update(result.accept, self.tune)
         return kept._replace(state=kept.state._replace(position=position), gradient=None)
 
     def _interweave(self, kept: Outcome) -> Outcome:
