@@ -61,7 +61,10 @@ TARGET_ACCEPT = 0.8
 STEP_JITTER = 0.5
 """Each move's step size is drawn uniformly within this fraction of the tuned one."""
 
-CURVATURE_AVERAGING = 0.05
+CURVATURE_FIT_EVERY = 5
+"""During tuning, the per-group move fits the curvature at one move in this many."""
+
+CURVATURE_AVERAGING = 0.2
 """Weight of the newest fit in each coordinate's running curvature during tuning."""
 
 MIN_CURVATURE = 1e-8

@@ -47,6 +47,7 @@ from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scales
 from pymc_sgmcmc.sampling.local_updates import (
+    CURVATURE_FIT_EVERY,
     LOCAL_GROUPS_PER_STEP,
     ExactLocalMove,
     averaged_curvature,
@@ -933,10 +934,12 @@ class StochasticGradientStep(ArrayStepShared):
         move, n_groups = self.local_move, self.grouping.layout.n_groups
         position = kept.state.position
         if move.per_group is not None:
-            # During tuning each group's curvature is fitted at every move and averaged;
-            # the kept draws use the average: a fixed kernel, and no Hessian products.
+            # During tuning each group's curvature is fitted every CURVATURE_FIT_EVERY
+            # moves and averaged, the average used in between; the kept draws use the
+            # average: a fixed kernel, and no Hessian products.
             frozen = None
-            if not self.tune and self.local_curvature is not None:
+            fit = self.tune and (self.iteration - 1) % CURVATURE_FIT_EVERY == 0
+            if self.local_curvature is not None and not fit:
                 frozen = np.nan_to_num(self.local_curvature, nan=1.0)
             for groups in move.chunks(self.rng.permutation(n_groups)):
                 result = move.move(position, groups, None, 0.0, self.rng, frozen)
