@@ -125,6 +125,17 @@ def _rowwise_blocks(var: Variable, position: Variable, local: set, shared: set) 
     raise _NotRowwiseError
 
 
+def _rowwise_split(var: Variable, position: Variable) -> tuple[set, set] | None:
+    """``var``'s blocks read row by row and those read whole, or ``None`` if it mixes rows."""
+    local: set[_Block] = set()
+    shared: set[_Block] = set()
+    try:
+        _rowwise_blocks(var, position, local, shared)
+    except _NotRowwiseError:
+        return None
+    return local, shared
+
+
 def _all_blocks(var: Variable, position: Variable, into: set) -> None:
     for ancestor in ancestors([var]):
         block = _block_of(ancestor, position)
@@ -280,12 +291,10 @@ def find_location_scale(rows: RowLogp, layout: GroupLayout) -> LocationScaleHier
     values = list({id(v.owner.inputs[0]): v.owner.inputs[0] for v, _ in indexings}.values())
     parts, globals_ = [], set()
     for value in values:
-        local: set[_Block] = set()
-        shared: set[_Block] = set()
-        try:
-            _rowwise_blocks(value, position, local, shared)
-        except _NotRowwiseError:
+        split = _rowwise_split(value, position)
+        if split is None:
             return None
+        local, shared = split
         if len(local) != 1 or not shared:
             return None
         (block,) = local
@@ -338,15 +347,8 @@ class GroupLogDensities:
                 for term in self.local_prior
             )
         )[groups]
-        per_row = pt.add(
-            *(
-                flat.sum(1)
-                for term in self.likelihood
-                for flat in [
-                    _replaced(term, {self.position: x, **batch}).reshape((rows.shape[0], -1))
-                ]
-            )
-        )
+        terms = [_replaced(term, {self.position: x, **batch}) for term in self.likelihood]
+        per_row = pt.add(*(term.reshape((rows.shape[0], -1)).sum(1) for term in terms))
         likelihood = pt.inc_subtensor(
             pt.zeros_like(prior)[segments], self.row_weight(rows, x.dtype) * per_row
         )
@@ -380,12 +382,10 @@ def group_log_densities(
         blocks = {_block_of(v, position) for v in ancestors([term])} - {None}
         if not any(layout.is_local[b.start : b.stop].any() for b in blocks):
             continue
-        local: set[_Block] = set()
-        shared: set[_Block] = set()
-        try:
-            _rowwise_blocks(term, position, local, shared)
-        except _NotRowwiseError:
+        split = _rowwise_split(term, position)
+        if split is None:
             return None
+        local, shared = split
         if term.ndim < 1 or any(layout.is_local[b.start : b.stop].any() for b in shared):
             return None
         if any(b.shape[0] != layout.n_groups for b in local):

@@ -34,7 +34,7 @@ from pymc.step_methods.step_sizes import DualAverageAdaptation
 
 from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.dynamics.common import kinetic_energy
-from pymc_sgmcmc.dynamics.hmc import leapfrog_step
+from pymc_sgmcmc.dynamics.hmc import leapfrog_step, metropolis_log_acceptance
 from pymc_sgmcmc.dynamics.newton import newton_log_density, newton_proposal
 from pymc_sgmcmc.gradients.grouped import GroupedGradient, GroupLayout
 from pymc_sgmcmc.sampling.groups import GroupLogDensities
@@ -153,8 +153,8 @@ class ExactLocalMove:
 
         ``_newton``: with each group's curvature fitted where it stands and where it
         goes (two Hessian products per local dimension), also returning the fitted
-        curvature; ``_newton_fixed``: with a curvature given (no Hessian products, about
-        3.5 times cheaper: a sweep of 2,000 groups of 100 rows took 40 ms fitted).
+        curvature; ``_newton_fixed``: with a curvature given (no Hessian products: a sweep
+        of 2,000 groups of 100 rows took 28.8 ms instead of 40 ms).
         """
         x = self.grouped.position
         dtype = x.dtype
@@ -215,21 +215,14 @@ class ExactLocalMove:
         )
 
     def _compile(self) -> None:
+        """The Hamiltonian move of a block of groups, with one energy for all of them."""
         x = self.grouped.position
         dtype = x.dtype
         rows = pt.vector("rows", dtype="int64")
-        segments = pt.vector("segments", dtype="int64")
-        groups = pt.vector("groups", dtype="int64")
         momentum = pt.vector("momentum", dtype=dtype)
         inv_mass = pt.vector("inv_mass", dtype=dtype)  # zero on every held coordinate
         step_size = pt.scalar("step_size", dtype=dtype)
         logp, gradient = self.grouped.conditional(rows)
-
-        def log_densities(q):
-            return logp(q)[None]
-
-        def kinetic(p):
-            return kinetic_energy(inv_mass, p)[None]
 
         def leapfrog(q, p, g):
             return leapfrog_step(q, p, g, gradient, step_size, inv_mass)
@@ -241,11 +234,11 @@ class ExactLocalMove:
             return_updates=False,
         )
         end, end_momentum = positions_[-1], momenta[-1]
-        # H = −log p + pᵀM⁻¹p/2 on the moving block (Neal, eq. 2.6), per group.
-        start_energy = -log_densities(x) + kinetic(momentum)
-        end_energy = -log_densities(end) + kinetic(end_momentum)
+        # H = −log p + pᵀM⁻¹p/2 on the moving block (Neal, eq. 2.6).
+        start_energy = -logp(x) + kinetic_energy(inv_mass, momentum)
+        end_energy = -logp(end) + kinetic_energy(inv_mass, end_momentum)
         self._function = compile_graph(
-            [x, rows, segments, groups, momentum, inv_mass, step_size],
+            [x, rows, momentum, inv_mass, step_size],
             [end, start_energy, end_energy],
             self.compile_kwargs,
         )
@@ -282,18 +275,13 @@ class ExactLocalMove:
         # sd 0.81x the exact one); a jittered step size breaks the period (Neal, sec. 5.4.2).
         jittered = step_size * rng.uniform(1.0 - STEP_JITTER, 1.0 + STEP_JITTER)
         end, start_energy, end_energy = self._function(
-            position, rows.astype(np.int64), segments.astype(np.int64), groups.astype(np.int64),
-            momentum, inv_mass, np.asarray(jittered, dtype=dtype),
-        )  # fmt: skip
-        # min(0, H_start − H_end) per group, −inf where not finite (as
-        # metropolis_log_acceptance, vectorised).
-        delta = np.asarray(start_energy, dtype=float) - np.asarray(end_energy, dtype=float)
-        log_accept = np.where(np.isnan(delta), -np.inf, np.minimum(0.0, delta))
-        accepted = np.log(rng.uniform(size=log_accept.size)) < log_accept
+            position, rows.astype(np.int64), momentum, inv_mass, np.asarray(jittered, dtype=dtype)
+        )
+        log_accept = metropolis_log_acceptance(float(start_energy), float(end_energy))
         kept = position.copy()
-        if accepted[0]:
+        if np.log(rng.uniform()) < log_accept:
             kept[coordinates.ravel()] = end[coordinates.ravel()]
-        return LocalMoveResult(kept, float(np.exp(log_accept[0])), None)
+        return LocalMoveResult(kept, float(np.exp(log_accept)), None)
 
     def _newton_move(self, position, groups, rows, segments, coordinates, rng, curvature):
         if self._newton is None:
