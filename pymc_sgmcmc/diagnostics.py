@@ -8,6 +8,8 @@ the step is too large. Its own statistics say so:
 - the gradient-noise ratio ``B̂/C`` (:func:`pymc_sgmcmc.adaptation.step_size.gradient_noise_ratio`)
   must stay well below 1 for the injected noise to dominate;
 - an SGNHT thermostat settles; one that drifts has not reached equilibrium;
+- with control variates, the draws stay within a few posterior sds of the anchor, where
+  the estimate's noise was measured small;
 - divergences.
 
 The kernel Stein discrepancy (Gorham and Mackey, "Measuring sample quality with
@@ -115,7 +117,9 @@ def diagnostics(
     pandas.DataFrame
         Per chain: ``divergences``; ``kinetic_temperature`` (mean; 1 at equilibrium) and
         ``kinetic_temperature_ok``; ``gradient_noise`` (``B̂/C``, last measurement) and
-        ``gradient_noise_ok``; ``thermostat_drift`` and ``thermostat_ok``; ``stein``
+        ``gradient_noise_ok``; ``thermostat_drift`` and ``thermostat_ok``;
+        ``anchor_distance`` (control variates: the draws' root-mean-square distance from
+        the anchor in posterior sds) and ``anchor_distance_ok``; ``stein``
         (the kernel Stein discrepancy); ``ok`` (every check passed).
     """
     stats = idata["sample_stats"]
@@ -135,6 +139,7 @@ def diagnostics(
             ("kinetic_temperature", "kinetic_temperature", "kinetic_temperature_ok"),
             ("gradient_noise", "gradient_noise", "gradient_noise_ok"),
             ("thermostat", "thermostat_drift", "thermostat_ok"),
+            ("anchor_distance", "anchor_distance", "anchor_distance_ok"),
         ):
             row[column], fails = checks.get(name, (np.nan, False))
             row[ok] = not fails
@@ -163,7 +168,7 @@ def diagnostics(
             stein = False
     if stein:
         table["stein"] = _stein_per_chain(idata, model, max_draws, scale)
-    checks = ["kinetic_temperature_ok", "gradient_noise_ok", "thermostat_ok"]
+    checks = ["kinetic_temperature_ok", "gradient_noise_ok", "thermostat_ok", "anchor_distance_ok"]
     table["ok"] = table[checks].all(axis=1) & (table["divergences"] == 0)
     return table
 

@@ -27,7 +27,11 @@ from pymc_sgmcmc.adaptation.windowed_mass import (
 from pymc_sgmcmc.diagnostics import kernel_stein_discrepancy
 from pymc_sgmcmc.dynamics.hmc import leapfrog_step
 from pymc_sgmcmc.metrics.euclidean import euclidean_metric
-from pymc_sgmcmc.sampling.chain_checks import kinetic_temperature_departure, thermostat_drift
+from pymc_sgmcmc.sampling.chain_checks import (
+    anchor_distance_level,
+    kinetic_temperature_departure,
+    thermostat_drift,
+)
 from pymc_sgmcmc.sampling.corrections import runaway_trajectory
 
 ROWS, BATCH, DIM = 5_000, 50, 3
@@ -371,3 +375,33 @@ def test_friction_below_the_gradient_noise_triggers_its_warning(regression):
     assert stat(hot_idata, "gradient_noise")[0, -1] > 10 * ratio
     table = pmsg.diagnostics(hot_idata, model, stein=False, warn=False)
     assert not table["gradient_noise_ok"].all()
+
+
+def test_anchor_distance_check_on_synthetic_series():
+    assert anchor_distance_level([0.9, 1.1, 1.0]) == (pytest.approx(1.0, abs=0.01), False)
+    level, fails = anchor_distance_level([np.nan, 4.0, 4.0])
+    assert level == pytest.approx(4.0) and fails
+    assert np.isnan(anchor_distance_level([np.nan])[0])
+
+
+def test_draws_far_from_the_anchor_trigger_its_warning(regression):
+    x, y, mean, covariance = regression
+    model = regression_model(x, y)
+    options = {"mode_kwargs": {"progressbar": False}, "model": model}
+    # The default anchor follows the tuning draws: the kept draws sit at ~1 posterior sd
+    # (root mean square per coordinate), as draws of the posterior around its mean do.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        idata = sample(pmsg.SGHMC(**options), model, tune=300, draws=300, chains=1)
+    distance = stat(idata, "anchor_distance")[0]
+    assert 0.7 < np.sqrt(np.mean(distance**2)) < 1.5
+    # An anchor 10 posterior sds off in every coordinate, kept there: an unbiased
+    # estimate, but used far from where its noise is small.
+    far = mean + 10.0 * np.sqrt(np.diag(covariance))
+    anchor = {"intercept": far[0], "beta": far[1:]}
+    with pytest.warns(RuntimeWarning, match=r"posterior sds .* from the control variates"):
+        far_idata = sample(
+            pmsg.SGHMC(anchor=anchor, **options), model, tune=300, draws=300, chains=1
+        )
+    table = pmsg.diagnostics(far_idata, model, stein=False, warn=False)
+    assert table["anchor_distance"].iloc[0] > 8 and not table["anchor_distance_ok"].any()

@@ -1,7 +1,8 @@
 """The end-of-chain checks of a stochastic-gradient chain, from its own statistics.
 
 A stochastic-gradient chain without a Metropolis test can mix well and still sample the
-wrong distribution; its kinetic temperature, gradient-noise ratio and thermostat say so.
+wrong distribution; its kinetic temperature, gradient-noise ratio, thermostat and (with
+control variates) its distance from the anchor say so.
 The step method runs these checks at the end of each chain and warns, as PyMC warns
 about divergences; :func:`pymc_sgmcmc.diagnostics` reports them per chain.
 """
@@ -21,6 +22,11 @@ GRADIENT_NOISE_LIMIT = 0.25
 
 THERMOSTAT_DRIFT_TOLERANCE = 0.1
 """Relative change of the thermostat's mean from the first to the second half that fails."""
+
+ANCHOR_DISTANCE_LIMIT = 3.0
+"""Root-mean-square distance of the draws from the control variates' anchor, in posterior
+sds per coordinate, above which the chain fails: the draws of a posterior centred at the
+anchor are at 1."""
 
 MONTE_CARLO_Z = 4.0
 """Departures within this many Monte Carlo standard errors never fail a check."""
@@ -81,10 +87,30 @@ def gradient_noise_level(values: Sequence[float]) -> tuple[float, bool]:
     return level, bool(level > GRADIENT_NOISE_LIMIT)
 
 
+def anchor_distance_level(values: Sequence[float]) -> tuple[float, bool]:
+    """The draws' root-mean-square distance from the anchor, and whether it is too far.
+
+    ``values`` are the per-draw distances ``√(mean((θ − θ̂)²/s²))`` with ``s`` the
+    posterior sd the chain's metric implies. A control-variate estimate's variance grows
+    with the squared distance from its anchor ``θ̂`` (Baker, Fearnhead, Fox and Nemeth,
+    "Control variates for stochastic gradient MCMC", 2019); the gradient-noise
+    ratio is measured at one draw in twenty, and a chain that spends its time far from
+    the anchor samples where the estimate was never meant to be used. Fails above
+    :data:`ANCHOR_DISTANCE_LIMIT`.
+    """
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return np.nan, False
+    level = float(np.sqrt(np.mean(values**2)))
+    return level, bool(level > ANCHOR_DISTANCE_LIMIT)
+
+
 CHAIN_CHECKS = {
     "kinetic_temperature": kinetic_temperature_departure,
     "gradient_noise": gradient_noise_level,
     "thermostat": thermostat_drift,
+    "anchor_distance": anchor_distance_level,
 }
 """Each per-draw statistic a chain is checked on, and its check ``(value, fails)``."""
 
@@ -123,6 +149,17 @@ def chain_check_messages(
             f"noise (B̂/C; above {GRADIENT_NOISE_LIMIT} the posterior sds come out too "
             "wide). Use step_size='auto', raise the friction, lower the step size, use "
             "larger minibatches or gradient='control_variates'."
+        )
+    distance, fails = checks.get("anchor_distance", (np.nan, False))
+    if fails:
+        messages.append(
+            f"{sampler}: the draws are {distance:.3g} posterior sds (root mean square per "
+            "coordinate) from the control variates' anchor, above "
+            f"{ANCHOR_DISTANCE_LIMIT:g}: the anchor is not in the bulk of the posterior, "
+            "and the gradient estimate's noise grows with that distance. Tune longer "
+            "(the anchor follows the tuning draws unless anchor= is given), pass an "
+            "anchor= inside the bulk (e.g. a posterior mean), or use "
+            "gradient='svrg' (the anchor follows the chain)."
         )
     change, fails = checks.get("thermostat", (np.nan, False))
     if fails:

@@ -39,7 +39,7 @@ from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
-from pymc_sgmcmc.metrics.euclidean import euclidean_metric, metric_from_inverse
+from pymc_sgmcmc.metrics.euclidean import EuclideanMetric, euclidean_metric, metric_from_inverse
 from pymc_sgmcmc.sampling import arguments, noise, startup
 from pymc_sgmcmc.sampling.chain_checks import chain_check_messages
 from pymc_sgmcmc.sampling.corrections import Outcome, Trajectory, correction_for
@@ -208,6 +208,7 @@ class StochasticGradientStep(ArrayStepShared):
             stats.update(WindowedMass.stats_dtypes_shapes)
         if kernel.measures_noise:
             stats["gradient_noise"] = (np.float64, [])
+            stats["anchor_distance"] = (np.float64, [])
         cls.stats_dtypes_shapes = stats
 
     def __new__(cls, *args: Any, **kwargs: Any):  # noqa: D102
@@ -448,6 +449,13 @@ class StochasticGradientStep(ArrayStepShared):
             for key, value in self.step_size_adapter.parameters().items()
         )
         values["step_size"] = np.asarray(np.nan, dtype=self._dtype)
+        metric = values.get("metric")
+        self._posterior_sd = None
+        if isinstance(metric, EuclideanMetric):
+            # Before the inflation of noisy coordinates: M⁻¹ is the chain's estimate of
+            # the posterior covariance (the Laplace one, then the windows' draws).
+            inverse = np.diag(metric.inverse) if metric.is_dense else metric.inverse
+            self._posterior_sd = np.sqrt(np.asarray(inverse, dtype=float))
         inflation = self.__dict__.get("noise_inflation")
         if inflation is not None:
             inverse = values["metric"].inverse / inflation
@@ -657,7 +665,8 @@ class StochasticGradientStep(ArrayStepShared):
         if self.estimator.follows_tuning:
             self.anchor_windows = TuningWindows(adaptation_windows(self._tune_iterations))
         self.noise = noise.NoiseMonitor(self.dim)
-        checked = (*self.kernel.checked_stats, *(("gradient_noise",) * self.kernel.measures_noise))
+        noise_checks = ("gradient_noise", "anchor_distance") if self.kernel.measures_noise else ()
+        checked = (*self.kernel.checked_stats, *noise_checks)
         self.draw_stats = {name: [] for name in checked}
         self.__dict__.pop("_chain", None)  # the tuning length may have changed
         for adapter in self._adapters:
@@ -816,6 +825,7 @@ class StochasticGradientStep(ArrayStepShared):
         if kernel.measures_noise:
             ratio = self.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
+            stats["anchor_distance"] = self._anchor_distance(kept.state.position)
         if self.tune and self.anchor_windows is not None:
             self._follow_with_anchor(None if kept.diverging else kept.state.position)
         if self._learning_adapters:
@@ -827,6 +837,16 @@ class StochasticGradientStep(ArrayStepShared):
         return RaveledVars(kept.state.position, q0.point_map_info), [stats]
 
     # -- gradient noise --------------------------------------------------------------
+
+    def _anchor_distance(self, position: np.ndarray) -> float:
+        """Root-mean-square distance from the anchor, in posterior sds per coordinate.
+
+        NaN without an anchor (plain minibatches) or a constant metric to scale it by.
+        """
+        if self.anchor is None or self._posterior_sd is None:
+            return np.nan
+        offset = (position - self.anchor.position) / self._posterior_sd
+        return float(np.sqrt(np.mean(offset**2)))
 
     def _noise_probe_due(self) -> bool:
         if not (self.kernel.measures_noise and self._flat.groups):
