@@ -107,6 +107,7 @@ from pathlib import Path
 
 from tta.config import GRADIENTS, HIER_COLS, KINDS, OURS
 from tta.driver import run
+from tta.problems import group_sizes
 from tta.worker import worker
 
 
@@ -125,6 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--centered",
         action="store_true",
         help="hierarchical: a_g ~ N(mu, sigma) sampled directly (default: non-centred)",
+    )
+    add(
+        "--group-sizes",
+        choices=("equal", "heavy"),
+        default="equal",
+        help="hierarchical: every group R rows, or lognormal sizes of mean R (log-sd 2)",
+    )
+    add(
+        "--reference-form",
+        choices=("same", "centred", "non-centred", "mixed"),
+        default="same",
+        help="hierarchical: the NUTS reference's parameterisation (mixed: centred where a "
+        "group has 10 rows or more)",
     )
     add("--chains", type=int, default=2)
     add("--tune", type=int, default=1000)
@@ -163,7 +177,8 @@ def parse_args() -> argparse.Namespace:
     if args.n_cols is None:
         args.n_cols = HIER_COLS if hier else 10
     if hier:
-        args.n_rows = args.groups * args.rows_per_group
+        sizes = group_sizes(args.groups, args.rows_per_group, args.group_sizes, args.data_seed)
+        args.n_rows = int(sizes.sum())
     else:
         args.groups = 0
     unknown = set(args.only.split(",")) - set(KINDS)

@@ -32,11 +32,14 @@ def configurations(args: argparse.Namespace) -> list[dict]:
         "nutpie": "nutpie (pm.sample)",
         "numpyro-pymc": "NumPyro NUTS (pm.sample)",
         "numpyro": "NumPyro NUTS (direct)",
+        "numpyro-sequential": "NumPyro NUTS (direct, sequential chains)",
         "advi": f"ADVI (pm.fit, {args.advi_iterations:,} it., minibatch)",
     }
-    for kind in ("nuts", "nutpie", "numpyro-pymc", "numpyro", "advi"):
+    for kind in ("nuts", "nutpie", "numpyro-pymc", "numpyro", "numpyro-sequential", "advi"):
         if kind in only:
             configs.append({"kind": kind, "label": names[kind]})
+            if kind == "numpyro-sequential":
+                configs[-1].update(kind="numpyro", chain_method="sequential")
     if "ours" in only:
         for sampler in args.ours.split(","):
             for gradient in args.gradients.split(","):
@@ -96,6 +99,7 @@ def base_config(args: argparse.Namespace, data: dict) -> dict:
         "sd_tol": args.sd_tol,
         "every": args.check_every,
         "centered": args.centered,
+        "form": "centred" if args.centered else "non-centred",
     }
 
 

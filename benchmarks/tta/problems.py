@@ -19,6 +19,28 @@ if TYPE_CHECKING:  # imported by the functions themselves: a worker imports what
 
 from .config import CHUNK, MU_SD, PRIOR_SD, SIGMA_SCALE, TRUE_MU, TRUE_SIGMA, TRUE_W_SD
 
+HEAVY_TAIL_LOG_SD = 2.0
+"""``--group-sizes heavy``: the log-sd of the lognormal group sizes (a quarter of the groups
+get 1-3 rows when the mean is 100)."""
+
+STRONG_GROUP_ROWS = 10
+"""``--reference-form mixed``: groups with at least this many rows are written centred."""
+
+
+def group_sizes(groups: int, rows_per_group: int, law: str, seed: int) -> np.ndarray:
+    """Rows of each group: all ``rows_per_group``, or heavy-tailed with that mean.
+
+    ``"heavy"``: lognormal sizes of log-sd :data:`HEAVY_TAIL_LOG_SD` and mean
+    ``rows_per_group``, rounded up (at least one row), from their own generator so that
+    the row count is known before the data are simulated.
+    """
+    if law == "equal":
+        return np.full(groups, rows_per_group, dtype=np.int64)
+    rng = np.random.default_rng([seed, 1])
+    log_mean = np.log(rows_per_group) - HEAVY_TAIL_LOG_SD**2 / 2
+    sizes = np.ceil(rng.lognormal(log_mean, HEAVY_TAIL_LOG_SD, size=groups))
+    return np.maximum(sizes, 1).astype(np.int64)
+
 
 def simulate(args: argparse.Namespace, directory: Path) -> dict:
     """Write X, y (and the group of every row) to .npy files, chunk by chunk."""
@@ -27,6 +49,8 @@ def simulate(args: argparse.Namespace, directory: Path) -> dict:
     hier = args.model == "hierarchical"
     n, d = args.n_rows, args.n_cols
     key = f"{args.model}-{n}x{d}-G{args.groups if hier else 0}-seed{args.data_seed}"
+    if hier and args.group_sizes != "equal":
+        key += f"-{args.group_sizes}"
     paths = {name: directory / f"data-{key}-{name}.npy" for name in ("X", "y", "g")}
     truth_path = directory / f"data-{key}-truth.npz"
     if not hier:
@@ -42,12 +66,15 @@ def simulate(args: argparse.Namespace, directory: Path) -> dict:
     g = None
     if hier:
         g = np.lib.format.open_memmap(paths["g"], mode="w+", dtype=np.int64, shape=(n,))
+    if hier:
+        ends = np.cumsum(group_sizes(args.groups, args.rows_per_group, args.group_sizes,
+                                     args.data_seed))  # fmt: skip
     for start in range(0, n, CHUNK):
         stop = min(n, start + CHUNK)
         X[start:stop] = rng.normal(size=(stop - start, d))
         logit = X[start:stop] @ truth["w"]
         if hier:
-            g[start:stop] = np.arange(start, stop) // args.rows_per_group
+            g[start:stop] = np.searchsorted(ends, np.arange(start, stop), side="right")
             logit += truth["a"][g[start:stop]]
         y[start:stop] = rng.uniform(size=stop - start) < expit(logit)
     for array in (X, y, g):
@@ -112,10 +139,23 @@ def pymc_model(
     return model
 
 
-def numpyro_model_fn(hier: bool, groups: int, centered: bool = False) -> Callable:
-    """The same model written in NumPyro: a function of ``(X, y, g=None)``."""
+def numpyro_model_fn(
+    hier: bool, groups: int, form: str = "non-centred", strong: np.ndarray | None = None
+) -> Callable:
+    """The same model written in NumPyro: a function of ``(X, y, g=None)``.
+
+    ``form``: the intercepts ``a`` sampled directly (``"centred"``), as ``mu + sigma z``
+    (``"non-centred"``), or ``"mixed"``: centred where ``strong`` (groups of many rows)
+    and non-centred elsewhere, the form in which NUTS mixes best when group sizes vary;
+    all three are the same posterior.
+    """
+    import jax.numpy as jnp
     import numpyro
     import numpyro.distributions as dist
+
+    if form == "mixed":
+        strong_index = np.flatnonzero(strong)
+        weak_index = np.flatnonzero(~strong)
 
     def model(X, y, g=None):
         w = numpyro.sample("w", dist.Normal(0.0, PRIOR_SD).expand([X.shape[1]]).to_event(1))
@@ -123,8 +163,17 @@ def numpyro_model_fn(hier: bool, groups: int, centered: bool = False) -> Callabl
         if hier:
             mu = numpyro.sample("mu", dist.Normal(0.0, MU_SD))
             sigma = numpyro.sample("sigma", dist.HalfNormal(SIGMA_SCALE))
-            if centered:
+            if form == "centred":
                 a = numpyro.sample("a", dist.Normal(mu, sigma).expand([groups]).to_event(1))
+            elif form == "mixed":
+                a_strong = numpyro.sample(
+                    "a_strong", dist.Normal(mu, sigma).expand([strong_index.size]).to_event(1)
+                )
+                z_weak = numpyro.sample(
+                    "z_weak", dist.Normal(0.0, 1.0).expand([weak_index.size]).to_event(1)
+                )
+                a = jnp.zeros(groups).at[strong_index].set(a_strong)
+                a = numpyro.deterministic("a", a.at[weak_index].set(mu + sigma * z_weak))
             else:
                 z = numpyro.sample("z", dist.Normal(0.0, 1.0).expand([groups]).to_event(1))
                 a = mu + sigma * z

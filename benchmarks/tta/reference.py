@@ -131,7 +131,8 @@ def hierarchical_reference(
     ref_path = nuts_path
     info["reference_min_ess"] = float(nuts["ess"].min())
     lines.append(
-        f"- Reference: NumPyro NUTS directly in JAX, {args.reference_chains} chains × "
+        f"- Reference: NumPyro NUTS directly in JAX ({reference_form(args)} form), "
+        f"{args.reference_chains} chains × "
         f"{args.reference_draws:,} draws after {args.reference_tune:,} warm-up (cached in "
         f"{nuts_path.name}, {float(nuts['wall_s']):.0f} s); min bulk ESS "
         f"{nuts['ess'].min():,.0f}, so its MC error is at "
@@ -139,6 +140,13 @@ def hierarchical_reference(
         f"~{1 / math.sqrt(2 * nuts['ess'].min()):.3f} relative for sds"
     )
     return ref_path, lines, info
+
+
+def reference_form(args: argparse.Namespace) -> str:
+    """The parameterisation of the NUTS reference: the run's unless one is asked for."""
+    if args.reference_form != "same":
+        return args.reference_form
+    return "centred" if args.centered else "non-centred"
 
 
 def reference(
@@ -152,9 +160,10 @@ def reference(
         "draws": args.reference_draws,
         "tune": args.reference_tune,
         "reference": None,
+        "form": reference_form(args),
     }
     length = f"{args.reference_chains}x{args.reference_draws}+{args.reference_tune}"
-    form = "-centred" if args.centered else ""
+    form = {"centred": "-centred", "non-centred": "", "mixed": "-mixed"}[reference_form(args)]
     nuts_path = cache / f"reference-{data['key']}{form}-{length}.npz"
 
     def run_nuts() -> dict:

@@ -14,8 +14,10 @@ import os
 import platform
 import subprocess
 
+import numpy as np
+
 from .config import MU_SD, NUTS_KINDS, PRIOR_SD, ROOT, SIGMA_SCALE
-from .problems import param_labels
+from .problems import group_sizes, param_labels
 
 COLUMNS = (
     "configuration",
@@ -85,12 +87,19 @@ def environment(args: argparse.Namespace) -> list[str]:
 def problem_description(args: argparse.Namespace) -> str:
     """The problem in words, as in the title."""
     hier = args.model == "hierarchical"
+    if not hier:
+        return f"logistic regression, {args.n_rows:,} rows × {args.n_cols} features"
+    form = "centred" if args.centered else "non-centred"
+    sizes = f"{args.rows_per_group} rows"
+    if args.group_sizes == "heavy":
+        counts = group_sizes(args.groups, args.rows_per_group, "heavy", args.data_seed)
+        sizes = (
+            f"lognormal sizes (mean {args.rows_per_group}: {np.mean(counts <= 3):.0%} of "
+            f"groups with 1-3 rows, the largest {counts.max():,})"
+        )
     return (
-        f"varying-intercept logistic regression "
-        f"({'centred' if args.centered else 'non-centred'}), {args.groups:,} groups × "
-        f"{args.rows_per_group} rows = {args.n_rows:,} rows, {args.n_cols} slopes"
-        if hier
-        else f"logistic regression, {args.n_rows:,} rows × {args.n_cols} features"
+        f"varying-intercept logistic regression ({form}), {args.groups:,} groups × "
+        f"{sizes} = {args.n_rows:,} rows, {args.n_cols} slopes"
     )
 
 

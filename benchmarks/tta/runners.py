@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 
 from .clocks import DrawClock, JaxCompileClock
-from .problems import numpyro_model_fn, pymc_model
+from .problems import STRONG_GROUP_ROWS, numpyro_model_fn, pymc_model
 
 FALLBACK_STEP_SIZE = 1e-4
 
@@ -210,14 +210,18 @@ def run_numpyro(
     from numpyro.infer import MCMC, NUTS
 
     jax_clock = JaxCompileClock()
-    model = numpyro_model_fn(g is not None, cfg.get("groups", 0), cfg.get("centered", False))
+    form = cfg.get("form", "non-centred")
+    strong = None
+    if form == "mixed":
+        strong = np.bincount(g, minlength=cfg["groups"]) >= STRONG_GROUP_ROWS
+    model = numpyro_model_fn(g is not None, cfg.get("groups", 0), form, strong)
     data = (jnp.asarray(X), jnp.asarray(y)) + ((jnp.asarray(g),) if g is not None else ())
     mcmc = MCMC(
         NUTS(model),
         num_warmup=cfg["tune"],
         num_samples=cfg["draws"],
         num_chains=cfg["chains"],
-        chain_method="vectorized",
+        chain_method=cfg.get("chain_method", "vectorized"),
         progress_bar=False,
     )
     start = time.perf_counter()

@@ -65,7 +65,7 @@ def worker(cfg: dict) -> None:
         X, y = np.load(paths["X"]), np.load(paths["y"])
         g = np.load(paths["g"]) if paths.get("g") else None
         result["data_mb"] = sum(a.nbytes for a in (X, y, g) if a is not None) / 2**20
-        local = "a" if cfg.get("centered") else "z"
+        local = "z" if cfg.get("form", "non-centred") == "non-centred" else "a"
         names = ["w"] if g is None else ["mu", "sigma", local, "w"]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
