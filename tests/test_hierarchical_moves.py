@@ -18,6 +18,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from helpers import sample, stat
 from scipy.special import logsumexp
 
 import pymc_sgmcmc as pmsg
@@ -385,3 +386,30 @@ def test_a_grouped_steps_gradient_noise_is_measured_on_whole_groups(data):
     variance = step.gradient_noise_variance(position, rng=np.random.default_rng(0))
     local = step.grouping.layout.is_local
     assert np.all(variance[local] == 0.0) and np.all(variance[~local] > 0.0)
+
+
+def test_groups_per_step_grow_until_their_noise_no_longer_caps_the_step(monkeypatch):
+    # 300 groups of 20 rows, minibatches of 20 rows: one group per step, whose noise in
+    # the globals caps the step far below the default. The per-group local move reads
+    # every row at every draw anyway, so the step draws more groups instead, up to a
+    # trajectory's worth of rows equal to the data's.
+    rng = np.random.default_rng(3)
+    group = np.repeat(np.arange(300), 20)
+    y = (0.3 + 0.6 * rng.normal(size=300))[group] + NOISE_SD * rng.normal(size=group.size)
+    model = model_of(group, y, batch_size=20)
+    results = {}
+    for widen in (True, False):
+        step = quiet_step(model)
+        if not widen:
+            monkeypatch.setattr(type(step), "_widen_group_minibatches", lambda self: False)
+        assert step.groups_per_step == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            idata = sample(step, model, tune=20, draws=5)
+        results[widen] = step.groups_per_step, stat(idata, "step_size")[0, -1]
+        bound = 300 // (step.n_steps + 1)
+    # Here the globals' noise still caps the step at that bound (measured: 27 groups),
+    # and the step grows as the noise falls, ~ (J − K)/K: 30x.
+    (widened, widened_step), (kept, kept_step) = results[True], results[False]
+    assert kept == 1 and widened == bound
+    assert widened_step > 10 * kept_step

@@ -14,6 +14,8 @@ that names its kernel and passes its parameters; it overrides nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import warnings
 from typing import Any, ClassVar, NamedTuple
 
@@ -32,7 +34,11 @@ from rich.table import Column
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize, StepSizeAdapter
+from pymc_sgmcmc.adaptation.step_size import (
+    AdaptiveStepSize,
+    StepSizeAdapter,
+    noise_limited_step_size,
+)
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass, adaptation_windows
 from pymc_sgmcmc.gradients.estimators import TuningWindows, make_estimator
 from pymc_sgmcmc.gradients.full_data import Anchor
@@ -110,6 +116,7 @@ class StochasticGradientState(StepMethodState):
     local_step_size: Any
     local_curvature: Any
     noise_inflation: Any
+    groups_per_step: Any
     noise: Any
     draw_stats: dict
 
@@ -321,6 +328,7 @@ class StochasticGradientStep(ArrayStepShared):
             # at every trajectory would never carry their gradient into their position
             # (measured: a random walk, intercepts 10 sds off). It persists instead.
             self.refresh_every_trajectory = False
+        self._initial_groups_per_step = self.groups_per_step
         self._start_up(step_size, anchor, anchor_every, dict(mode_kwargs or {}), step_jitter)
         self._learning_adapters = tuple(a for a in self._adapters if a.learns)
         self._tune_iterations = self._draw_iterations = 0
@@ -662,6 +670,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.local_step_size = local_step_size_adapter()
         self.local_curvature = None  # averaged over the tuning draws
         self.noise_inflation = None  # set from the first noise measurement (grouped steps)
+        self.groups_per_step = self._initial_groups_per_step
         if self.estimator.follows_tuning:
             self.anchor_windows = TuningWindows(adaptation_windows(self._tune_iterations))
         self.noise = noise.NoiseMonitor(self.dim)
@@ -893,6 +902,47 @@ class StochasticGradientStep(ArrayStepShared):
         self.noise.add(raw / self.noise_inflation)
         self.refresh_pending = self.kernel.refresh is not None
 
+    @property
+    def groups_per_step(self) -> int | None:
+        """``K``: the groups of one minibatch of the present chain (None: rows)."""
+        return None if self.grouping is None else self.grouping.groups_per_step
+
+    @groups_per_step.setter
+    def groups_per_step(self, value: int | None) -> None:
+        if self.grouping is None or value == self.grouping.groups_per_step:
+            return
+        # A copy per chain: the estimator and the compiled inputs read it.
+        self.grouping = dataclasses.replace(self.grouping, groups_per_step=int(value))
+        self.estimator.grouping = self.grouping
+        self._inputs_anchor = _STALE  # the weights J/K are inputs of the trajectory
+
+    def _widen_group_minibatches(self) -> bool:
+        """Draw more groups per step where their gradient noise caps the step size.
+
+        With the per-group local move every row is read at every draw anyway, so a
+        trajectory over more groups costs little more, while a step capped by noise
+        mixes the globals that much slower: on 2,000 groups of 100 rows (centred), 10
+        groups per step capped the step at 0.03 and left the slopes an ESS of 169-234
+        in 2,000 draws, 50 groups reached the default 0.2 and gave them 838-1,752.
+        ``K`` grows until the noise-limited step reaches the adapter's (the noise of a
+        sample of ``K`` of ``J`` groups falls as ``(J − K)/K``), at most until a
+        trajectory reads as many rows as there are. Returns whether ``K`` changed.
+        """
+        adapter, move = self.step_size_adapter, self.local_move
+        if not isinstance(adapter, AdaptiveStepSize) or move is None or move.per_group is None:
+            return False
+        cap = noise_limited_step_size(
+            self.noise.mean(), self._noise_damping, adapter.noise_tolerance
+        )
+        k, n_groups = self.grouping.groups_per_step, self.grouping.layout.n_groups
+        most = max(k, n_groups // (self.n_steps + 1))
+        if cap >= adapter.initial_step_size or k >= most:
+            return False
+        factor = adapter.initial_step_size / cap
+        wanted = math.ceil(k * factor * n_groups / (n_groups - k + k * factor))
+        self.groups_per_step = min(wanted, most)
+        return self.groups_per_step != k
+
     def _check_minibatch_noise(self) -> None:
         """Before sampling, warn when plain minibatch noise forces a far smaller step.
 
@@ -929,6 +979,11 @@ class StochasticGradientStep(ArrayStepShared):
             self.noise.add(self.gradient_noise_variance(position))
         if self.grouping is not None and self.tune and probes == noise.NOISE_PROBES_AT_START:
             self._inflate_noisy_coordinates()
+            if self._widen_group_minibatches():
+                self.noise.reset()  # measured afresh on the larger minibatches
+                for _ in range(probes):
+                    self.noise.add(self.gradient_noise_variance(position))
+                self._inflate_noisy_coordinates()
         mean = self.noise.mean()
         if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize) and mean is not None:
             self.step_size_adapter.set_noise_variance(mean)
