@@ -140,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="hierarchical: the NUTS reference's parameterisation (mixed: centred where a "
         "group has 10 rows or more)",
     )
+    add(
+        "--nuts-form",
+        choices=("same", "centred", "non-centred", "mixed"),
+        default="same",
+        help="hierarchical: the parameterisation of the NumPyro rows (as --reference-form)",
+    )
     add("--chains", type=int, default=2)
     add("--tune", type=int, default=1000)
     add("--draws", type=int, default=2000, help="kept draws per chain (default 2,000)")

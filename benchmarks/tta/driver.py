@@ -40,6 +40,9 @@ def configurations(args: argparse.Namespace) -> list[dict]:
             configs.append({"kind": kind, "label": names[kind]})
             if kind == "numpyro-sequential":
                 configs[-1].update(kind="numpyro", chain_method="sequential")
+            if kind.startswith("numpyro") and args.nuts_form != "same":
+                configs[-1]["form"] = args.nuts_form
+                configs[-1]["label"] += f", {args.nuts_form}"
     if "ours" in only:
         for sampler in args.ours.split(","):
             for gradient in args.gradients.split(","):
