@@ -11,14 +11,18 @@ Problems (float64 throughout, prior sds as written):
   ``sigma ~ HalfNormal(2)``, written NON-CENTRED in every sampler (``z_g ~ N(0, 1)``,
   ``a = mu + sigma z``), or CENTRED with ``--centered`` (``a_g ~ N(mu, sigma)``, better
   when every group has many rows). Accuracy is judged on ``mu, sigma, w`` and all G
-  intercepts ``a``.
+  intercepts ``a``. ``--group-sizes heavy`` draws the group sizes from a lognormal law of
+  mean R and log-sd 2 (with R = 100, a quarter of the groups get 1-3 rows and the largest
+  thousands).
 
 Reference posterior. Logistic: the mode by Newton's method on all rows and the Laplace
 covariance (means = mode, sds = sqrt(diag(inv(-Hessian)))), accurate at these sizes;
 ``--confirm-laplace`` also runs NumPyro's NUTS directly in JAX (4 chains × 5,000 draws after
 1,000 warm-up) and prints the worst ``|mean difference| / sd`` and the range of the sd ratio
 between the two. Hierarchical: no closed form, so the reference is that long NumPyro NUTS
-run itself (``--reference-chains/--reference-draws``, default 4 × 5,000): its Monte Carlo
+run itself (``--reference-chains/--reference-draws``, default 4 × 5,000), in the run's
+parameterisation or the one ``--reference-form`` names (``mixed``: centred for groups of
+10 rows or more, non-centred below; all forms are the same posterior): its Monte Carlo
 standard error is ``sd / sqrt(ESS)``, printed in the header as ``max 1/sqrt(ESS)`` (about
 0.01 sd for an ESS of 10⁴, a tenth of the 0.1 sd tolerance). It is cached in
 ``--cache DIR`` (default: a temporary directory, removed at the end) keyed by the problem
@@ -35,6 +39,9 @@ loads the data fully into memory (``np.load``), builds the model and samples:
 3. ``numpyro-pymc``: ``pm.sample(..., nuts_sampler="numpyro")``; ``numpyro``: a hand-written
    NumPyro model, ``MCMC(NUTS(model), ..., num_chains=chains, chain_method="vectorized")``
    and its ``run`` (JAX arrays of the data as arguments, not constants);
+   ``numpyro-sequential``: the same with ``chain_method="sequential"``. ``--nuts-form``
+   writes these two in another parameterisation than ours (the fastest NUTS a user could
+   run on the same posterior);
 4. ``advi``: ``pm.fit(--advi-iterations, method="advi")`` on ``pm.Minibatch(X, y,
    batch_size=1000)`` with ``total_size=N``, then ``approx.sample(chains × draws)``;
    judged on the final approximation only;
