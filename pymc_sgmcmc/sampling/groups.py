@@ -327,27 +327,53 @@ class GroupLogDensities:
     """
 
     def __init__(
-        self, rows: RowLogp, local_prior: list[Variable], data: list[Variable], n_groups: int
+        self,
+        rows: RowLogp,
+        local_prior: list[Variable],
+        data: list[Variable],
+        layout: GroupLayout,
     ) -> None:
         self.position = rows.position
         self.placeholders = list(rows.placeholders[0])
         self.local_prior = local_prior
         self.likelihood = rows.terms[0]
         self.data = [as_shared_data(d) for d in data]
-        self.n_groups = n_groups
+        self.n_groups = layout.n_groups
+        # The blocks of the position that hold locals, as the graphs read them.
+        self.local_blocks = {}
+        for var in ancestors([*local_prior, *self.likelihood]):
+            block = _block_of(var, self.position)
+            if block is not None and layout.is_local[block.start : block.stop].any():
+                self.local_blocks[var] = block
 
     def __call__(
-        self, x: Variable, rows: Variable, segments: Variable, groups: Variable
+        self,
+        x: Variable,
+        rows: Variable,
+        segments: Variable,
+        groups: Variable,
+        local_x: Variable | None = None,
     ) -> Variable:
-        """``log p_j(x)`` of each of ``groups`` (``rows``: theirs, ``segments``: whose)."""
+        """``log p_j(x)`` of each of ``groups`` (``rows``: theirs, ``segments``: whose).
+
+        With ``local_x``, the locals are read from it and everything else from ``x``: two
+        calls with the same ``x`` then share the globals' part of the graph (in a
+        regression, ``X w`` is computed once for both).
+        """
+        replace = {self.position: x}
+        if local_x is not None:
+            replace |= {
+                var: local_x[block.start : block.stop].reshape(block.shape)
+                for var, block in self.local_blocks.items()
+            }
         batch = {p: d[rows] for p, d in zip(self.placeholders, self.data, strict=True)}
         prior = pt.add(
             *(
-                _replaced(term, {self.position: x}).reshape((self.n_groups, -1)).sum(1)
+                _replaced(term, replace).reshape((self.n_groups, -1)).sum(1)
                 for term in self.local_prior
             )
         )[groups]
-        terms = [_replaced(term, {self.position: x, **batch}) for term in self.likelihood]
+        terms = [_replaced(term, replace | batch) for term in self.likelihood]
         per_row = pt.add(*(term.reshape((rows.shape[0], -1)).sum(1) for term in terms))
         likelihood = pt.inc_subtensor(
             pt.zeros_like(prior)[segments], self.row_weight(rows, x.dtype) * per_row
@@ -393,7 +419,7 @@ def group_log_densities(
         local_prior.append(term)
     if not local_prior:
         return None
-    return GroupLogDensities(rows, local_prior, flat.groups[0].data, layout.n_groups)
+    return GroupLogDensities(rows, local_prior, flat.groups[0].data, layout)
 
 
 class _LikelihoodGradient:

@@ -171,7 +171,8 @@ class ExactLocalMove:
         by_group = pt.arange(coordinates.shape[0]).reshape((groups.shape[0], n_local))
 
         def log_densities(local):
-            return self.per_group(pt.set_subtensor(x[coordinates], local), rows, segments, groups)
+            local_x = pt.set_subtensor(x[coordinates], local)
+            return self.per_group(x, rows, segments, groups, local_x)
 
         def local_fit(local):
             # Each group's log density, its gradient and its curvature −∂²/∂θ_k² (groups
