@@ -974,15 +974,17 @@ class StochasticGradientStep(ArrayStepShared):
             )  # fmt: skip
             warnings.warn(message, RuntimeWarning, stacklevel=5)
 
-    def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
+    def _add_noise_probes(self, position: np.ndarray, probes: int) -> None:
         for _ in range(probes):
             self.noise.add(self.gradient_noise_variance(position))
+
+    def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
+        self._add_noise_probes(position, probes)
         if self.grouping is not None and self.tune and probes == noise.NOISE_PROBES_AT_START:
             self._inflate_noisy_coordinates()
             if self._widen_group_minibatches():
                 self.noise.reset()  # measured afresh on the larger minibatches
-                for _ in range(probes):
-                    self.noise.add(self.gradient_noise_variance(position))
+                self._add_noise_probes(position, probes)
                 self._inflate_noisy_coordinates()
         mean = self.noise.mean()
         if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize) and mean is not None:
