@@ -14,7 +14,7 @@ import pytest
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.grouped import GroupLayout
-from pymc_sgmcmc.sampling.step import StochasticGradientStep
+from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
 N_GROUPS, GROUP_SD, NOISE_SD, PRIOR_SD = 40, 1.0, 2.0, 10.0
 
@@ -61,7 +61,7 @@ def sample_and_compare(cls, data, exact):
             draws=2000, tune=1000, chains=2, cores=1, step=step, random_seed=3,
             progressbar=False, compute_convergence_checks=False,
         )  # fmt: skip
-    assert step.grouping is not None and step.grouping.groups_per_step == 3
+    assert step.groups is not None and step.groups.groups_per_step == 3
     posterior = idata.posterior
     draws = np.concatenate([posterior["mu"].values[..., None], posterior["a"].values], axis=-1)
     ess = np.concatenate([az.ess(posterior)["mu"].values[None], az.ess(posterior)["a"].values])
@@ -87,7 +87,7 @@ def test_whole_groups_give_the_exact_hierarchical_posterior_with_defaults(cls, d
 
 def without_exact_local_moves(monkeypatch):
     """The kernel alone: the exact moves after each trajectory would mend its locals."""
-    monkeypatch.setattr(StochasticGradientStep, "_update_locals", lambda self, kept: kept)
+    monkeypatch.setattr(WholeGroups, "_update_locals", lambda self, position, *args: position)
 
 
 def test_the_grouped_estimator_alone_gives_the_exact_posterior(data, exact, monkeypatch):
@@ -111,7 +111,7 @@ def test_groups_true_explains_why_not(data):
     with hierarchical_model(*data), pytest.raises(ValueError, match="learns its mass"):
         pmsg.SGHMCEM(groups=True)
     with hierarchical_model(*data):
-        assert pmsg.SGHMC(groups=False).grouping is None
+        assert pmsg.SGHMC(groups=False).groups is None
 
 
 @pytest.mark.parametrize("cls", [pmsg.SGHMC, pmsg.SGLD], ids=lambda c: c.__name__)
@@ -123,7 +123,7 @@ def test_a_grouped_step_built_afresh_with_the_same_seed_gives_identical_draws(cl
     for _ in range(2):
         with model:
             step = cls(mode_kwargs={"progressbar": False})
-            assert step.grouping is not None
+            assert step.groups is not None
             idata = pm.sample(
                 draws=30, tune=150, chains=2, cores=1, step=step, random_seed=11,
                 progressbar=False, compute_convergence_checks=False,

@@ -26,6 +26,7 @@ from pymc_sgmcmc.dynamics import interweaving
 from pymc_sgmcmc.sampling import interweaving as sampling_interweaving
 from pymc_sgmcmc.sampling.groups import GroupLogDensities
 from pymc_sgmcmc.sampling.interweaving import adapted_log_scales
+from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
 N_GROUPS, NOISE_SD, MU_SD, TAU_SCALE = 40, 2.0, 5.0, 2.0
 
@@ -125,17 +126,17 @@ def unflattened(step, position):
 
 def test_the_non_centred_form_is_found_and_the_centred_one_is_not(data):
     step = quiet_step(model_of(*data))
-    assert step.interweaving is not None and step.local_move is not None
+    assert step.groups.interweaving is not None and step.groups.local_move is not None
     marked = unflattened(step, np.arange(step.dim))
     expected = sorted(int(marked[name][0]) for name in ("mu", "tau_log__"))
-    assert sorted(step.interweaving.hierarchy.global_coordinates) == expected
+    assert sorted(step.groups.interweaving.hierarchy.global_coordinates) == expected
     centred = quiet_step(model_of(*data, centred=True))
-    assert centred.interweaving is None and centred.local_move is not None
+    assert centred.groups.interweaving is None and centred.groups.local_move is not None
 
 
 def run_interweaving(step, position, n_moves, seed):
     """The interweaving move alone from ``position``: draws of ``(mu, tau)`` and ``a``."""
-    move, rng = step.interweaving, np.random.default_rng(seed)
+    move, rng = step.groups.interweaving, np.random.default_rng(seed)
     log_scales = move.initial_log_scales(position)
     draws, intercepts = [], []
     for t in range(n_moves):
@@ -201,7 +202,7 @@ def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000)
     """
     group, y = data
     step = quiet_step(model_of(group, y))
-    move = step.local_move
+    move = step.groups.local_move
     assert move.per_group is not None
     if not per_group:
         move.per_group = None  # one test for all the drawn groups, as for a tied prior
@@ -209,7 +210,7 @@ def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000)
     position = flat_point(step, mu=mu, tau_log__=np.log(tau), z=np.zeros(N_GROUPS))
     rng = np.random.default_rng(2)
     inv_mass = np.ones(position.size)
-    z_at = step.grouping.layout.local_positions[:, 0]
+    z_at = step.groups.grouping.layout.local_positions[:, 0]
     # z_j | mu, tau, y ~ N(m_j, v_j): precision 1 + n_j tau²/σ², shift tau Σ (y − mu)/σ².
     sizes = np.bincount(group)
     variance = 1 / (1 + sizes * tau**2 / NOISE_SD**2)
@@ -330,7 +331,7 @@ def poisson_errors(counts, reference, seed=6):
             draws=2000, tune=2000, chains=2, cores=1, step=step, random_seed=seed,
             progressbar=False, compute_convergence_checks=False,
         )  # fmt: skip
-    assert step.grouping is not None and step.interweaving is not None
+    assert step.groups is not None and step.groups.interweaving is not None
     worst_mean = worst_variance = 0.0
     for name, nuts in reference.items():
         ours = idata.posterior[name].values
@@ -384,7 +385,7 @@ def test_a_grouped_steps_gradient_noise_is_measured_on_whole_groups(data):
     step = quiet_step(model_of(*data))
     position = flat_point(step, mu=0.4, tau_log__=np.log(0.5), z=np.zeros(N_GROUPS))
     variance = step.gradient_noise_variance(position, rng=np.random.default_rng(0))
-    local = step.grouping.layout.is_local
+    local = step.groups.grouping.layout.is_local
     assert np.all(variance[local] == 0.0) and np.all(variance[~local] > 0.0)
 
 
@@ -401,12 +402,12 @@ def test_groups_per_step_grow_until_their_noise_no_longer_caps_the_step(monkeypa
     for widen in (True, False):
         step = quiet_step(model)
         if not widen:
-            monkeypatch.setattr(type(step), "_widen_group_minibatches", lambda self: False)
-        assert step.groups_per_step == 1
+            monkeypatch.setattr(WholeGroups, "widen", lambda self, *args: False)
+        assert step.groups.groups_per_step == 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             idata = sample(step, model, tune=20, draws=5)
-        results[widen] = step.groups_per_step, stat(idata, "step_size")[0, -1]
+        results[widen] = step.groups.groups_per_step, stat(idata, "step_size")[0, -1]
         bound = 300 // (step.n_steps + 1)
     # Here the globals' noise still caps the step at that bound (measured: 27 groups),
     # and the step grows as the noise falls, ~ (J − K)/K: 30x.

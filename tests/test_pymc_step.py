@@ -401,7 +401,7 @@ def test_sampling_state_round_trip_resumes_identically(name, request, minibatch_
     state = step.sampling_state
     saved_point = dict(point)
     assert state.iteration == 3
-    assert state.divergences == 0
+    assert state.divergence_log.divergences == 0
 
     def continue_chain(point, n=4):
         positions, stats = [], []

@@ -46,6 +46,18 @@ def _mean_and_standard_error(values: np.ndarray) -> tuple[float, float]:
     return float(values.mean()), float(residuals.std(ddof=1) / np.sqrt(ess))
 
 
+def anchor_distance(
+    position: np.ndarray, anchor: np.ndarray | None, posterior_sd: np.ndarray | None
+) -> float:
+    """Root-mean-square distance of ``position`` from ``anchor``, in posterior sds.
+
+    NaN without an anchor (plain minibatches) or posterior sds to scale it by.
+    """
+    if anchor is None or posterior_sd is None:
+        return np.nan
+    return float(np.sqrt(np.mean(((position - anchor) / posterior_sd) ** 2)))
+
+
 def kinetic_temperature_departure(values: Sequence[float]) -> tuple[float, bool]:
     """Mean kinetic temperature of a chain, and whether it departs from 1.
 

@@ -11,15 +11,21 @@ trajectory's start with a fresh state. Protocol, in five lines:
   probability (1 without a test) and the statistics;
 - it draws from the chain's generator only what its decision needs (a uniform for the test,
   a normal vector for a restart's fresh state), after the trajectory's own draws.
+
+:class:`DivergenceLog` counts what either flags as a divergence, warns once, and stops
+a chain that keeps diverging.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
+from pymc.exceptions import SamplingError
+from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 
 from pymc_sgmcmc.dynamics.hmc import metropolis_log_acceptance
 from pymc_sgmcmc.kernels.base import Kernel
@@ -182,3 +188,73 @@ class DivergenceRestart:
 def correction_for(kernel: Kernel) -> MetropolisTest | DivergenceRestart:
     """The test a kernel with an energy gets, else the restart."""
     return MetropolisTest() if kernel.energy is not None else DivergenceRestart()
+
+
+@dataclass_state
+class DivergenceLogState(DataClassState):
+    """A chain's divergences so far."""
+
+    divergences: int
+    consecutive: int
+    warned: bool
+
+
+class DivergenceLog(WithSamplingState):
+    """A chain's divergences: counted, warned about once, fatal after too many in a row.
+
+    Divergences during tuning with a learned step size are part of tuning (the step
+    shrinks), and PyMC's NUTS does not warn about those either.
+    """
+
+    _state_class = DivergenceLogState
+
+    max_consecutive: ClassVar[int] = 20
+    """Restarts in a row after which the chain gives up with a :class:`SamplingError`."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """A new chain."""
+        self.divergences = self.consecutive = 0
+        self.warned = False
+
+    def record(
+        self,
+        diverging: bool,
+        *,
+        sampler: str,
+        kernel: Kernel,
+        iteration: int,
+        step_size: float,
+        tuning_step_size: bool,
+    ) -> None:
+        """Count one trajectory; warn (once) or raise about a divergence outside tuning."""
+        if not diverging:
+            self.consecutive = 0
+            return
+        self.divergences += 1
+        self.consecutive += 1
+        if tuning_step_size:
+            return
+        fresh = " and ".join(kernel.resamples)
+        if kernel.energy is not None:
+            restart = "the proposal was rejected"
+        else:
+            restart = "the chain restarted from its last finite state" + (
+                f" with a fresh {fresh}" if fresh else ""
+            )
+        advice = (
+            f"{sampler}: the trajectory at iteration {iteration} "
+            f"(step_size={step_size:.3g}) turned non-finite or diverged; {restart}. "
+            "Reduce step_size (or n_steps), standardise the data, or start nearer the "
+            "posterior with initvals="
+        )
+        if self.consecutive >= self.max_consecutive:
+            raise SamplingError(
+                f"{advice}. It failed {self.consecutive} times in a row, so "
+                "sampling stopped rather than return meaningless draws."
+            )
+        if not self.warned:
+            warnings.warn(advice + ".", RuntimeWarning, stacklevel=2)
+            self.warned = True

@@ -8,6 +8,7 @@ noise at the mode says about the step a sampler can take (:func:`plain_minibatch
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from pymc_sgmcmc.adaptation.step_size import (
     gradient_noise_ratio,
     noise_limited_step_size,
 )
+from pymc_sgmcmc.metrics.euclidean import metric_from_inverse
 
 NOISE_PROBES_AT_START = 8
 """Gradient-noise measurements at a chain's start and after each change of the metric."""
@@ -144,3 +146,47 @@ def plain_minibatch_warning(
         f"gradients: n_steps={math.ceil(n_steps * factor)} or a batch_size "
         f"about {factor:.0f}x the present {batches}."
     )
+
+
+def check_plain_minibatch_noise(
+    sampler: str,
+    estimator: Any,
+    mode: Any,
+    n_rows: list[int],
+    *,
+    kernel: Any,
+    damping: float,
+    n_steps: int,
+    target_accept: float,
+    batch_sizes: list[int],
+    dtype: Any,
+) -> float:
+    """Before sampling, warn when plain minibatch noise forces a far smaller step.
+
+    Measured at the mode, in the Laplace metric, on rows drawn from a fixed seed
+    (deterministic for the model and its data, as the mode search). Returns the slowdown
+    (at least 1, :func:`noise_limited_slowdown`).
+    """
+    rng = np.random.default_rng(0)
+    metric = metric_from_inverse(mode.covariance, dtype)
+    probes = [
+        estimator.noise_variance(mode.position, None, rng, n_rows, metric)
+        for _ in range(NOISE_PROBES_AT_START)
+    ]
+    metropolis = kernel.energy is not None
+    slowdown, cap, bound = noise_limited_slowdown(
+        np.mean(probes, axis=0),
+        default_step_size=kernel.default_step_size,
+        damping=damping,
+        metropolis=metropolis,
+        n_steps=n_steps,
+        target_accept=target_accept,
+    )
+    if slowdown > NOISE_LIMITED_SLOWDOWN:
+        message = plain_minibatch_warning(
+            sampler, slowdown=slowdown, cap=cap, bound=bound,
+            default_step_size=kernel.default_step_size, metropolis=metropolis,
+            n_steps=n_steps, batch_sizes=batch_sizes,
+        )  # fmt: skip
+        warnings.warn(message, RuntimeWarning, stacklevel=6)
+    return float(max(slowdown, 1.0))

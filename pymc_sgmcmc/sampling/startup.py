@@ -8,11 +8,14 @@ drawn from the chain's generator by :func:`chain_start`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pymc_sgmcmc.core.validation import check_choice
+from pymc_sgmcmc.gradients.estimators import Grouping, MinibatchEstimator, make_estimator
+from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
 from pymc_sgmcmc.sampling.trajectory import ANCHORED_GRADIENTS, GRADIENTS
 
@@ -92,6 +95,56 @@ def find_start_mode(
     if unknown:
         raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
     return search_mode(finder, x0, point, rng=rng, **(MODE_SEARCH_DEFAULTS | options))
+
+
+def start_mode(
+    sampler: str,
+    finder: ModeFinder,
+    vars: list,
+    initial_point: dict[str, np.ndarray],
+    dtype: Any,
+    options: dict[str, Any],
+    *,
+    curvature: bool,
+    centred_groups: bool,
+) -> ModeResult:
+    """:func:`find_start_mode`, with the funnel named where a centred hierarchy has no mode."""
+    try:
+        return find_start_mode(finder, vars, initial_point, dtype, options, curvature)
+    except ValueError as error:
+        if not centred_groups:
+            raise
+        raise ValueError(centred_hierarchy_hint(sampler, error)) from None
+
+
+def anchored_estimator(
+    sampler: str,
+    gradient: str,
+    passes: Callable[[], ModeFinder],
+    batch_sizes: list[int],
+    *,
+    anchor_every: int,
+    anchor: Any,
+    mode: ModeResult | None,
+    grouping: Grouping | None,
+    vars: list,
+    initial_point: dict[str, np.ndarray],
+    dtype: Any,
+) -> MinibatchEstimator:
+    """The gradient estimator with the anchor a chain starts from.
+
+    The user's ``anchor=`` stays where it is; the mode found before sampling follows
+    the tuning windows' draws (:class:`~pymc_sgmcmc.gradients.estimators.TuningWindows`).
+    """
+    estimator = make_estimator(gradient, passes, batch_sizes, sampler, anchor_every=anchor_every)
+    estimator.grouping = grouping
+    if estimator.anchored and anchor is not None:
+        position = anchor_position(sampler, anchor, vars, initial_point, dtype)
+        estimator.initial_anchor = estimator.anchor_at(position, "anchor=")
+        estimator.follows_tuning = False
+    elif estimator.anchored and mode is not None:
+        estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient)
+    return estimator
 
 
 def centred_hierarchy_hint(sampler: str, error: ValueError) -> str:

@@ -14,14 +14,11 @@ that names its kernel and passes its parameters; it overrides nothing.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import warnings
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from pymc.blocking import RaveledVars, StatsType
-from pymc.exceptions import SamplingError
 from pymc.model import modelcontext
 from pymc.pytensorf import reseed_rngs
 from pymc.step_methods.arraystep import ArrayStepShared
@@ -37,28 +34,18 @@ from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.adaptation.step_size import (
     AdaptiveStepSize,
     StepSizeAdapter,
-    noise_limited_step_size,
 )
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass, adaptation_windows
-from pymc_sgmcmc.gradients.estimators import TuningWindows, make_estimator
-from pymc_sgmcmc.gradients.full_data import Anchor
+from pymc_sgmcmc.gradients.estimators import TuningWindows
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
-from pymc_sgmcmc.metrics.euclidean import EuclideanMetric, euclidean_metric, metric_from_inverse
+from pymc_sgmcmc.metrics.euclidean import euclidean_metric, metric_from_inverse
 from pymc_sgmcmc.sampling import arguments, noise, startup
-from pymc_sgmcmc.sampling.chain_checks import chain_check_messages
-from pymc_sgmcmc.sampling.corrections import Outcome, Trajectory, correction_for
+from pymc_sgmcmc.sampling.chain_checks import anchor_distance, chain_check_messages
+from pymc_sgmcmc.sampling.corrections import DivergenceLog, Trajectory, correction_for
 from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
 from pymc_sgmcmc.sampling.groups import group_minibatches
-from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scales
-from pymc_sgmcmc.sampling.local_updates import (
-    CURVATURE_FIT_EVERY,
-    LOCAL_GROUPS_PER_STEP,
-    ExactLocalMove,
-    averaged_curvature,
-    local_step_size_adapter,
-)
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
 from pymc_sgmcmc.sampling.spheres import sphere_layout
@@ -69,6 +56,7 @@ from pymc_sgmcmc.sampling.trajectory import (
     build_trajectory,
     compile_trajectory,
 )
+from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
 _TRUE, _FALSE = np.asarray(True), np.asarray(False)
 _STALE = object()
@@ -105,18 +93,13 @@ class StochasticGradientState(StepMethodState):
     tune: bool
     kernel_state: Any
     refresh_pending: bool
-    divergences: int
-    consecutive_divergences: int
+    divergence_log: Any
     position_gradient: Any
     step_size_adapter: Any
     mass_adapter: Any
     anchor: Any
     anchor_windows: Any
-    interweaving_log_scales: Any
-    local_step_size: Any
-    local_curvature: Any
-    noise_inflation: Any
-    groups_per_step: Any
+    groups: Any
     noise: Any
     draw_stats: dict
 
@@ -129,41 +112,14 @@ class StochasticGradientStep(ArrayStepShared):
 
     Parameters
     ----------
-    vars : list, optional
-        Variables to sample; by default all continuous free variables.
-    step_size : float, schedule or "auto"
-        ``ε``: a positive number, a schedule such as :class:`pymc_sgmcmc.PolynomialDecay`,
-        or ``"auto"``: learned during tuning
-        (:class:`~pymc_sgmcmc.adaptation.step_size.AdaptiveStepSize`), from the kernel's
-        :attr:`~pymc_sgmcmc.kernels.base.Kernel.default_step_size` in a metric set to the
-        Laplace covariance at the mode (found before sampling).
-    gradient : {"auto", "minibatch", "control_variates", "svrg"}
-        The gradient estimator (:mod:`pymc_sgmcmc.gradients.estimators`); "auto" is
-        "control_variates" for a model with ``pm.Minibatch`` data and "minibatch" (then
-        the exact full-data gradient) without.
-    anchor : dict or ModeResult, optional
-        The control variates' anchor ``θ̂`` (a point by value-variable name); the mode
-        found by :func:`pymc_sgmcmc.find_mode` by default.
-    anchor_every : int
-        SVRG only: iterations between moves of the anchor to the chain's state (each
-        move is a full-data pass).
-    start : {"auto", "laplace", "initial_point"}
-        "laplace" starts each chain at a draw from the Laplace approximation at the mode
-        (so that chains start dispersed and R-hat keeps its meaning); "initial_point"
-        where ``pm.sample`` starts it. "auto" is "laplace" when a mode was found and the
-        chain starts at the model's initial point (no ``initvals`` given).
-    mode_kwargs : dict, optional
-        Options of :func:`pymc_sgmcmc.find_mode` for the mode found before sampling.
-    n_steps : int
-        Integrator steps per draw, all run in one compiled call.
-    minibatch : {"step", "trajectory"}
-        With ``pm.Minibatch`` data: fresh rows for every gradient, or one set per draw.
+    vars, step_size, gradient, anchor, anchor_every, start, mode_kwargs, n_steps, minibatch
+        As for every public sampler (their "Other Parameters").
     groups : {"auto", True, False}
         Minibatches of whole groups for a hierarchical model
-        (:mod:`pymc_sgmcmc.gradients.grouped`): "auto" where the model's groups are found
-        (``a[group_idx]`` with the group index in the ``pm.Minibatch`` call) and the
-        sampler can hold a group's parameters in place; True insists (an error says why
-        not); False draws rows as ``pm.Minibatch`` does.
+        (:class:`~pymc_sgmcmc.sampling.whole_groups.WholeGroups`): "auto" where the model's
+        groups are found (``a[group_idx]`` with the group index in the ``pm.Minibatch``
+        call) and the sampler can hold a group's parameters in place; True insists (an
+        error says why not); False draws rows as ``pm.Minibatch`` does.
     kernel_params : dict
         The kernel's parameters besides ``step_size``, ``metric`` and ``layout``.
     mass : float, array, optional
@@ -180,13 +136,8 @@ class StochasticGradientStep(ArrayStepShared):
         Apply the kernel's ``refresh`` (fresh momentum) at the start of every trajectory.
     step_jitter : float
         Relative spread of the per-trajectory step size (0: none).
-    allow_missing_total_size : bool
-        Accept an observed variable fed by ``pm.Minibatch`` without ``total_size`` (its
-        likelihood then counts one minibatch, not the data). Refused by default.
-    model, blocked, rng, initial_point
-        As for PyMC's step methods.
-    compile_kwargs : dict, optional
-        Passed to ``pytensor.function`` (e.g. ``{"mode": "JAX"}``).
+    allow_missing_total_size, model, blocked, rng, initial_point, compile_kwargs
+        As for every public sampler, and PyMC's step methods.
     """
 
     name: ClassVar[str] = "sgmcmc"
@@ -199,9 +150,6 @@ class StochasticGradientStep(ArrayStepShared):
     default_blocked = True
     _state_class = StochasticGradientState
     stats_dtypes_shapes: ClassVar[dict] = dict(GENERIC_STATS)
-
-    max_consecutive_divergences: ClassVar[int] = 20
-    """Restarts in a row after which the chain gives up with a :class:`SamplingError`."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -307,41 +255,24 @@ class StochasticGradientStep(ArrayStepShared):
             gradient=self.gradient, minibatch=minibatch, sampler=name,
             learns_mass=self.mass_adapter_class is not None, compile_kwargs=compile_kwargs,
         )  # fmt: skip
-        self._grouped, self.grouping, hierarchy, per_group = (
-            found if found is not None else (None,) * 4
-        )
-        # After each trajectory, drawn groups' locals get an exact update and a non-centred
-        # hierarchy's globals are redrawn given its group vectors: without them, locals and
-        # scale had ESS 3-15 in 4,000 draws (docs/hierarchical.md).
-        self.local_move = (
-            ExactLocalMove(self._grouped, self.grouping.layout, per_group, compile_kwargs)
-            if self.grouping is not None
-            else None
-        )
-        self.interweaving = (
-            InterweavingMove(self._grouped.position, self._grouped.prior, hierarchy, compile_kwargs)
-            if hierarchy is not None
-            else None
-        )
-        if self.grouping is not None:
+        self.groups = None if found is None else WholeGroups(*found, compile_kwargs)
+        if self.groups is not None:
             # A group's parameters move about once per trajectory: a momentum refreshed
             # at every trajectory would never carry their gradient into their position
             # (measured: a random walk, intercepts 10 sds off). It persists instead.
             self.refresh_every_trajectory = False
-        self._initial_groups_per_step = self.groups_per_step
         self._start_up(step_size, anchor, anchor_every, dict(mode_kwargs or {}), step_jitter)
         self._learning_adapters = tuple(a for a in self._adapters if a.learns)
         self._tune_iterations = self._draw_iterations = 0
         self._reset_chain()
-        if self.grouping is not None and np.ndim(self.params.metric.inverse) == 2:
+        if self.groups is not None and np.ndim(self.params.metric.inverse) == 2:
             if groups is True:
                 raise ValueError(
                     f"{name}(groups=True) needs a diagonal mass: a dense one moves a held "
                     "group's parameters with the others' momenta. Pass a vector mass= "
                     "(or mass_structure='diagonal'), or groups='auto'."
                 )
-            self._grouped = self.grouping = self.estimator.grouping = None
-            self.interweaving = self.local_move = None
+            self.groups = self.estimator.grouping = None
         if kernel.validate is not None:
             logp = full_data_logp(model, self._flat, self.vars, self._initial_point)
             point = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
@@ -381,36 +312,22 @@ class StochasticGradientStep(ArrayStepShared):
         self._finder: ModeFinder | None = None
         self._chunk_rows = mode_kwargs.pop("chunk_rows", None)
         if automatic or (self.gradient == "control_variates" and anchor is None):
-            finder = self._mode_finder()
-            try:
-                self.mode = startup.find_start_mode(
-                    finder, self.vars, self._initial_point, self._dtype, mode_kwargs, automatic
-                )
-            except ValueError as error:
-                if self.grouping is None or self.interweaving is not None:
-                    raise
-                hint = startup.centred_hierarchy_hint(type(self).__name__, error)
-                raise ValueError(hint) from None
+            groups = self.groups
+            self.mode = startup.start_mode(
+                type(self).__name__, self._mode_finder(), self.vars, self._initial_point,
+                self._dtype, mode_kwargs, curvature=automatic,
+                centred_groups=groups is not None and groups.interweaving is None,
+            )  # fmt: skip
             self.mode_seconds = self.mode.seconds
             self.rows_touched_by_setup += self.mode.rows_touched
         before = self._rows_touched()
-        self.estimator = make_estimator(
-            self.gradient,
-            self._mode_finder,
-            [g.batch_size for g in self._flat.groups],
-            type(self).__name__,
-            anchor_every=anchor_every,
-        )
-        self.estimator.grouping = self.grouping
-        if self.estimator.anchored and anchor is not None:
-            position = startup.anchor_position(
-                type(self).__name__, anchor, self.vars, self._initial_point, self._dtype
-            )
-            self.estimator.initial_anchor = self.estimator.anchor_at(position, "anchor=")
-            self.estimator.follows_tuning = False  # the user's anchor stays where it is
-        elif self.estimator.anchored and self.mode is not None:
-            mode = self.mode
-            self.estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient)
+        self.estimator = startup.anchored_estimator(
+            type(self).__name__, self.gradient, self._mode_finder,
+            [g.batch_size for g in self._flat.groups], anchor_every=anchor_every,
+            anchor=anchor, mode=self.mode,
+            grouping=None if self.groups is None else self.groups.grouping,
+            vars=self.vars, initial_point=self._initial_point, dtype=self._dtype,
+        )  # fmt: skip
         if automatic:
             self._precondition(self.mode.covariance)
             self.step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
@@ -421,7 +338,12 @@ class StochasticGradientStep(ArrayStepShared):
                 estimates_noise=self._estimated_noise,
             )
             if self.gradient == "minibatch" and self._flat.groups and self._noise_checkable:
-                self._check_minibatch_noise()
+                self.minibatch_slowdown = noise.check_plain_minibatch_noise(
+                    type(self).__name__, self.estimator, self.mode, self._n_rows,
+                    kernel=kernel, damping=self._noise_damping, n_steps=self.n_steps,
+                    target_accept=self.step_size_adapter.target_accept,
+                    batch_sizes=[g.batch_size for g in self._flat.groups], dtype=self._dtype,
+                )  # fmt: skip
         else:
             self.step_size_adapter = StepSizeAdapter(step_size, jitter=jitter)
         self.rows_touched_by_setup += self._rows_touched() - before
@@ -435,7 +357,7 @@ class StochasticGradientStep(ArrayStepShared):
         """
         if not self.kernel.constant_metric:
             return
-        if self.grouping is not None and np.ndim(covariance) == 2:
+        if self.groups is not None and np.ndim(covariance) == 2:
             # Held coordinates must not drift with the others' momenta: a diagonal mass.
             covariance = np.diag(covariance).copy()
         if self.mass_adapter is not None:
@@ -459,19 +381,21 @@ class StochasticGradientStep(ArrayStepShared):
         values["step_size"] = np.asarray(np.nan, dtype=self._dtype)
         metric = values.get("metric")
         self._posterior_sd = None
-        if isinstance(metric, EuclideanMetric):
+        if self.kernel.constant_metric:
             # Before the inflation of noisy coordinates: M⁻¹ is the chain's estimate of
             # the posterior covariance (the Laplace one, then the windows' draws).
             inverse = np.diag(metric.inverse) if metric.is_dense else metric.inverse
             self._posterior_sd = np.sqrt(np.asarray(inverse, dtype=float))
-        inflation = self.__dict__.get("noise_inflation")
+        groups = self.__dict__.get("groups")
+        inflation = None if groups is None else groups.noise_inflation
         if inflation is not None:
             inverse = values["metric"].inverse / inflation
             values["metric"] = metric_from_inverse(inverse, self._dtype)
         self.params = self.kernel.params_type(**values)
         # Every array but the step size, by compiled input name.
         self._param_inputs = {f"params.{k}": v for k, v in tree_flatten(self.params)[1:]}
-        self._inputs_anchor = self._checked_anchor = _STALE  # assembled and checked again
+        # Assembled and checked again.
+        self._inputs_anchor = self._checked_anchor = self._inputs_groups = _STALE
 
     @property
     def mass(self):
@@ -576,8 +500,8 @@ class StochasticGradientStep(ArrayStepShared):
         exact = None
         if kernel.energy is not None:
             exact = full_data_logp(self._model, self._flat, self.vars, self._initial_point)
-        if self._grouped is not None:
-            rows = GroupRowsPerStep(self._grouped)
+        if self.groups is not None:
+            rows = GroupRowsPerStep(self.groups.grouped)
         else:
             rows = ROWS[self.minibatch](self._flat)
         inputs, outputs = build_trajectory(
@@ -594,23 +518,11 @@ class StochasticGradientStep(ArrayStepShared):
         # Inside the model's context, PyMC's compile honours its check_bounds setting.
         with self._model:
             compiled = compile_trajectory(inputs, outputs, rows, self._compile_kwargs)
-        if self._grouped is None:
+        if self.groups is None:
             compiled.row_shapes = [
                 rows.shape(self.n_steps, g.batch_size) for g in self._flat.groups
             ]
         return compiled
-
-    def _group_inputs(self) -> dict[str, np.ndarray]:
-        """The constants of minibatches of whole groups, by compiled input name."""
-        grouping = self.grouping
-        if grouping is None:
-            return {}
-        layout, k = grouping.layout, grouping.groups_per_step
-        return {
-            "group.weights": grouping.weights.astype(self._dtype),
-            "group.global_weight": np.asarray(layout.n_groups / k, dtype=self._dtype),
-            "group.n_rows": np.asarray(layout.n_rows, dtype=self._dtype),
-        }
 
     def __getstate__(self) -> dict:
         # Compiled functions are rebuilt where they are unpickled (pm.sample with
@@ -658,19 +570,14 @@ class StochasticGradientStep(ArrayStepShared):
     def _reset_chain(self) -> None:
         self.iteration = 0
         self.tune = True
-        self.divergences = 0
-        self.consecutive_divergences = 0
-        self._warned_divergence = False
+        self.divergence_log = DivergenceLog()
         self.kernel_state = None  # set from the first position the chain sees
         self.refresh_pending = False
         self.position_gradient = None
         self.anchor = self.estimator.initial_anchor
         self.anchor_windows = None
-        self.interweaving_log_scales = None  # set where the chain starts
-        self.local_step_size = local_step_size_adapter()
-        self.local_curvature = None  # averaged over the tuning draws
-        self.noise_inflation = None  # set from the first noise measurement (grouped steps)
-        self.groups_per_step = self._initial_groups_per_step
+        if self.groups is not None:
+            self.groups.reset_chain()
         if self.estimator.follows_tuning:
             self.anchor_windows = TuningWindows(adaptation_windows(self._tune_iterations))
         self.noise = noise.NoiseMonitor(self.dim)
@@ -707,7 +614,7 @@ class StochasticGradientStep(ArrayStepShared):
         for adapter in self._adapters:
             adapter.finalize()
         self._read_parameters()
-        self.consecutive_divergences = 0
+        self.divergence_log.consecutive = 0
         self.noise.reset()  # measured afresh at the frozen step and metric
 
     @staticmethod
@@ -745,13 +652,17 @@ class StochasticGradientStep(ArrayStepShared):
         if self.kernel_state is None:
             self.kernel_state = self._fresh_state(position)
             self.refresh_pending = False
-        if self.anchor is not self._inputs_anchor:
-            # Parameters and anchor change rarely: their slots are filled once each.
+        groups = self.groups
+        per_step = None if groups is None else groups.groups_per_step
+        if self.anchor is not self._inputs_anchor or per_step != self._inputs_groups:
+            # Parameters, anchor and K change rarely: their slots are filled once each.
             self._arguments = [None] * len(fn.slots)
             constants = self._param_inputs | self.estimator.inputs(self.anchor)
-            for name, value in (constants | self._group_inputs()).items():
+            if groups is not None:
+                constants |= groups.inputs(self._dtype)
+            for name, value in constants.items():
                 self._arguments[fn.slots[name]] = value
-            self._inputs_anchor = self.anchor
+            self._inputs_anchor, self._inputs_groups = self.anchor, per_step
         args, at = self._arguments.copy(), self._slots
         args[at.position] = position
         for k, value in zip(at.state, self.kernel_state[1:], strict=True):
@@ -764,11 +675,8 @@ class StochasticGradientStep(ArrayStepShared):
             args[at.refresh_noise] = self._normal(self.dim) if refresh else self._unused_noise
         if at.noise is not None:
             args[at.noise] = self._normal(self.n_steps, self.dim + self.kernel.step_noise_extra)
-        if self.grouping is not None:
-            grouping = self.grouping
-            rows, bounds, mask = grouping.layout.draw(
-                self.rng, self.n_steps + 1, grouping.groups_per_step
-            )
+        if groups is not None:
+            rows, bounds, mask = groups.draw(self.rng, self.n_steps + 1)
             args[at.rows[0]], args[at.row_bounds] = rows, bounds
             args[at.update_mask] = mask.astype(self._dtype, copy=False)
         else:
@@ -816,25 +724,33 @@ class StochasticGradientStep(ArrayStepShared):
             self._fresh_state,
         )  # fmt: skip
         kept = self.correction.apply(trajectory, self.rng)
-        if self.local_move is not None and kept.finite and not kept.diverging:
-            kept = self._update_locals(kept)
-        if self.interweaving is not None and kept.finite and not kept.diverging:
-            kept = self._interweave(kept)
-        if kept.diverging:
-            self._record_divergence(step_size)
-        else:
-            self.consecutive_divergences = 0
+        if self.groups is not None and kept.finite and not kept.diverging:
+            moved = self.groups.after_trajectory(
+                kept.state.position, self.rng, tune=self.tune, iteration=self.iteration - 1,
+                inverse_mass=self.params.metric.inverse,
+            )  # fmt: skip
+            # The gradient there is the old position's: the adapters that asked get none.
+            kept = kept._replace(state=kept.state._replace(position=moved), gradient=None)
+        self.divergence_log.record(
+            kept.diverging, sampler=type(self).__name__, kernel=kernel,
+            iteration=self.iteration, step_size=step_size,
+            # Part of tuning: the step size shrinks (dual averaging, or halving).
+            tuning_step_size=self.tune and self.step_size_adapter.learns,
+        )  # fmt: skip
         self.kernel_state, self.position_gradient = kept.state, kept.gradient
         stats: dict[str, Any] = {"step_size": step_size, "n_steps": self.n_steps, **kept.stats}
         finite_logp = kept.finite and not kept.diverging
         stats["minibatch_logp"] = float(outputs[at["minibatch_logp"]]) if finite_logp else np.nan
-        stats["diverging"], stats["divergences"] = kept.diverging, self.divergences
+        stats["diverging"], stats["divergences"] = kept.diverging, self.divergence_log.divergences
         if kernel.stats_dtypes:
             stats.update(kernel.stats(kept.state, self._params_at(step_size)))
         if kernel.measures_noise:
             ratio = self.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
-            stats["anchor_distance"] = self._anchor_distance(kept.state.position)
+            anchor = None if self.anchor is None else self.anchor.position
+            stats["anchor_distance"] = anchor_distance(
+                kept.state.position, anchor, self._posterior_sd
+            )
         if self.tune and self.anchor_windows is not None:
             self._follow_with_anchor(None if kept.diverging else kept.state.position)
         if self._learning_adapters:
@@ -846,16 +762,6 @@ class StochasticGradientStep(ArrayStepShared):
         return RaveledVars(kept.state.position, q0.point_map_info), [stats]
 
     # -- gradient noise --------------------------------------------------------------
-
-    def _anchor_distance(self, position: np.ndarray) -> float:
-        """Root-mean-square distance from the anchor, in posterior sds per coordinate.
-
-        NaN without an anchor (plain minibatches) or a constant metric to scale it by.
-        """
-        if self.anchor is None or self._posterior_sd is None:
-            return np.nan
-        offset = (position - self.anchor.position) / self._posterior_sd
-        return float(np.sqrt(np.mean(offset**2)))
 
     def _noise_probe_due(self) -> bool:
         if not (self.kernel.measures_noise and self._flat.groups):
@@ -880,99 +786,10 @@ class StochasticGradientStep(ArrayStepShared):
         )
 
     def _inflate_noisy_coordinates(self) -> None:
-        """Raise the mass of the coordinates whose gradient noise is far above the rest.
-
-        The step size is capped by the noisiest coordinate. With whole groups, the
-        hierarchy's own globals (``mu``, ``sigma``) get their gradient from a few groups'
-        sums of scores, weighted ``J/K``: measured on 2,000 groups of 100 rows, their
-        whitened noise was 60-180 times the slopes', which moved with a step 100 times
-        too small (ESS 3-15). Their mass is raised by that factor (over the median
-        coordinate's noise), so they move that much slower in the kernel: an SGHMC
-        with any constant positive mass keeps the posterior. The interweaving move
-        still redraws them exactly after each trajectory.
-        """
-        previous = 1.0 if self.noise_inflation is None else self.noise_inflation
-        raw = self.noise.mean() * previous  # in the metric without the inflation
-        noisy = raw[raw > 0]
-        if noisy.size == 0:
-            return
-        self.noise_inflation = np.maximum(raw / np.median(noisy), 1.0)
-        self._read_parameters()
-        self.noise.reset()
-        self.noise.add(raw / self.noise_inflation)
-        self.refresh_pending = self.kernel.refresh is not None
-
-    @property
-    def groups_per_step(self) -> int | None:
-        """``K``: the groups of one minibatch of the present chain (None: rows)."""
-        return None if self.grouping is None else self.grouping.groups_per_step
-
-    @groups_per_step.setter
-    def groups_per_step(self, value: int | None) -> None:
-        if self.grouping is None or value == self.grouping.groups_per_step:
-            return
-        # A copy per chain: the estimator and the compiled inputs read it.
-        self.grouping = dataclasses.replace(self.grouping, groups_per_step=int(value))
-        self.estimator.grouping = self.grouping
-        self._inputs_anchor = _STALE  # the weights J/K are inputs of the trajectory
-
-    def _widen_group_minibatches(self) -> bool:
-        """Draw more groups per step where their gradient noise caps the step size.
-
-        With the per-group local move every row is read at every draw anyway, so a
-        trajectory over more groups costs little more, while a step capped by noise
-        mixes the globals that much slower: on 2,000 groups of 100 rows (centred), 10
-        groups per step capped the step at 0.03 and left the slopes an ESS of 169-234
-        in 2,000 draws, 50 groups reached the default 0.2 and gave them 838-1,752.
-        ``K`` grows until the noise-limited step reaches the adapter's (the noise of a
-        sample of ``K`` of ``J`` groups falls as ``(J − K)/K``), at most until a
-        trajectory reads as many rows as there are. Returns whether ``K`` changed.
-        """
-        adapter, move = self.step_size_adapter, self.local_move
-        if not isinstance(adapter, AdaptiveStepSize) or move is None or move.per_group is None:
-            return False
-        cap = noise_limited_step_size(
-            self.noise.mean(), self._noise_damping, adapter.noise_tolerance
-        )
-        k, n_groups = self.grouping.groups_per_step, self.grouping.layout.n_groups
-        most = max(k, n_groups // (self.n_steps + 1))
-        if cap >= adapter.initial_step_size or k >= most:
-            return False
-        factor = adapter.initial_step_size / cap
-        wanted = math.ceil(k * factor * n_groups / (n_groups - k + k * factor))
-        self.groups_per_step = min(wanted, most)
-        return self.groups_per_step != k
-
-    def _check_minibatch_noise(self) -> None:
-        """Before sampling, warn when plain minibatch noise forces a far smaller step.
-
-        Measured at the mode, in the Laplace metric, on rows drawn from a fixed seed
-        (deterministic for the model and its data, as the mode search); see
-        :func:`~pymc_sgmcmc.sampling.noise.noise_limited_slowdown`.
-        """
-        rng = np.random.default_rng(0)
-        metric = metric_from_inverse(self.mode.covariance, self._dtype)
-        probes = [
-            self.estimator.noise_variance(self.mode.position, None, rng, self._n_rows, metric)
-            for _ in range(noise.NOISE_PROBES_AT_START)
-        ]
-        kernel, metropolis = self.kernel, self.kernel.energy is not None
-        slowdown, cap, bound = noise.noise_limited_slowdown(
-            np.mean(probes, axis=0),
-            default_step_size=kernel.default_step_size,
-            damping=self._noise_damping,
-            metropolis=metropolis,
-            n_steps=self.n_steps,
-            target_accept=getattr(self.step_size_adapter, "target_accept", 0.8),
-        )
-        self.minibatch_slowdown = float(max(slowdown, 1.0))
-        if slowdown > noise.NOISE_LIMITED_SLOWDOWN:
-            message = noise.plain_minibatch_warning(
-                type(self).__name__, slowdown=slowdown, cap=cap, bound=bound,
-                default_step_size=kernel.default_step_size, metropolis=metropolis,
-                n_steps=self.n_steps, batch_sizes=[g.batch_size for g in self._flat.groups],
-            )  # fmt: skip
-            warnings.warn(message, RuntimeWarning, stacklevel=5)
+        """Slow the grouped step's noisy globals (:meth:`WholeGroups.inflate`)."""
+        if self.groups.inflate(self.noise):
+            self._read_parameters()
+            self.refresh_pending = self.kernel.refresh is not None
 
     def _add_noise_probes(self, position: np.ndarray, probes: int) -> None:
         for _ in range(probes):
@@ -980,14 +797,17 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
         self._add_noise_probes(position, probes)
-        if self.grouping is not None and self.tune and probes == noise.NOISE_PROBES_AT_START:
+        if self.groups is not None and self.tune and probes == noise.NOISE_PROBES_AT_START:
             self._inflate_noisy_coordinates()
-            if self._widen_group_minibatches():
+            widened = self.groups.widen(
+                self.noise.mean(), self._noise_damping, self.step_size_adapter, self.n_steps
+            )
+            if widened:
                 self.noise.reset()  # measured afresh on the larger minibatches
                 self._add_noise_probes(position, probes)
                 self._inflate_noisy_coordinates()
         mean = self.noise.mean()
-        if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize) and mean is not None:
+        if self.tune and self.step_size_adapter.learns and mean is not None:
             self.step_size_adapter.set_noise_variance(mean)
             if self._estimated_noise is not None:
                 self._read_parameters()
@@ -1001,54 +821,6 @@ class StochasticGradientStep(ArrayStepShared):
         if self.iteration == self._tune_iterations + self._draw_iterations:
             for message in chain_check_messages(type(self).__name__, self.draw_stats):
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-    def _update_locals(self, kept: Outcome) -> Outcome:
-        """Move groups' locals by an exact, Metropolis-corrected step given the rest.
-
-        With a test per group (a prior row by row), every group, in chunks of rows;
-        otherwise ``4K`` groups drawn afresh, tested together.
-        """
-        move, n_groups = self.local_move, self.grouping.layout.n_groups
-        position = kept.state.position
-        if move.per_group is not None:
-            # During tuning each group's curvature is fitted every CURVATURE_FIT_EVERY
-            # moves and averaged, the average used in between; the kept draws use the
-            # average: a fixed kernel, and no Hessian products.
-            frozen = None
-            fit = self.tune and (self.iteration - 1) % CURVATURE_FIT_EVERY == 0
-            if self.local_curvature is not None and not fit:
-                frozen = np.nan_to_num(self.local_curvature, nan=1.0)
-            for groups in move.chunks(self.rng.permutation(n_groups)):
-                result = move.move(position, groups, None, 0.0, self.rng, frozen)
-                position = result.position
-                if result.curvature is not None:
-                    moved = np.zeros(self.dim, dtype=bool)
-                    moved[self.grouping.layout.local_positions[groups].ravel()] = True
-                    self.local_curvature = averaged_curvature(
-                        self.local_curvature, result.curvature, moved
-                    )
-        else:
-            groups = self.rng.permutation(n_groups)[
-                : min(n_groups, LOCAL_GROUPS_PER_STEP * self.grouping.groups_per_step)
-            ]
-            step_size = float(self.local_step_size.current(self.tune))
-            result = move.move(position, groups, self.params.metric.inverse, step_size, self.rng)
-            position = result.position
-            self.local_step_size.update(result.accept, self.tune)
-        return kept._replace(state=kept.state._replace(position=position), gradient=None)
-
-    def _interweave(self, kept: Outcome) -> Outcome:
-        """Redraw a non-centred hierarchy's globals given its group vectors."""
-        move, position = self.interweaving, kept.state.position
-        if self.interweaving_log_scales is None:
-            self.interweaving_log_scales = move.initial_log_scales(position)
-        moved, acceptance = move.move(position, self.interweaving_log_scales, self.rng)
-        if self.tune:
-            self.interweaving_log_scales = adapted_log_scales(
-                self.interweaving_log_scales, acceptance, self.iteration - 1
-            )
-        # The gradient there is the old position's: the adapters that asked for it get none.
-        return kept._replace(state=kept.state._replace(position=moved), gradient=None)
 
     def _follow_with_anchor(self, position: np.ndarray | None) -> None:
         """At the end of a tuning window, move the anchor to the window's mean."""
@@ -1090,35 +862,6 @@ class StochasticGradientStep(ArrayStepShared):
             self.noise.reset()
             if self._noise_probe_due():
                 self._measure_gradient_noise(state.position, noise.NOISE_PROBES_AT_START)
-
-    def _record_divergence(self, step_size: float) -> None:
-        self.divergences += 1
-        self.consecutive_divergences += 1
-        if self.tune and isinstance(self.step_size_adapter, AdaptiveStepSize):
-            # Part of tuning: the step size shrinks (dual averaging, or halving), and
-            # PyMC's NUTS does not warn about tuning divergences either.
-            return
-        fresh = " and ".join(self.kernel.resamples)
-        if self.kernel.energy is not None:
-            restart = "the proposal was rejected"
-        else:
-            restart = "the chain restarted from its last finite state" + (
-                f" with a fresh {fresh}" if fresh else ""
-            )
-        advice = (
-            f"{type(self).__name__}: the trajectory at iteration {self.iteration} "
-            f"(step_size={step_size:.3g}) turned non-finite or diverged; {restart}. "
-            "Reduce step_size (or n_steps), standardise the data, or start nearer the "
-            "posterior with initvals="
-        )
-        if self.consecutive_divergences >= self.max_consecutive_divergences:
-            raise SamplingError(
-                f"{advice}. It failed {self.consecutive_divergences} times in a row, so "
-                "sampling stopped rather than return meaningless draws."
-            )
-        if not self._warned_divergence:
-            warnings.warn(advice + ".", RuntimeWarning, stacklevel=2)
-            self._warned_divergence = True
 
     # -- progress bar ----------------------------------------------------------------
 
