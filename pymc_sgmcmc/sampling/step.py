@@ -15,7 +15,7 @@ that names its kernel and passes its parameters; it overrides nothing.
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 from pymc.blocking import RaveledVars, StatsType
@@ -53,12 +53,12 @@ from pymc_sgmcmc.sampling.trajectory import (
     ROWS,
     CompiledTrajectory,
     GroupRowsPerStep,
+    TrajectoryArguments,
     build_trajectory,
     compile_trajectory,
 )
 from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
-_TRUE, _FALSE = np.asarray(True), np.asarray(False)
 _STALE = object()
 
 GENERIC_STATS: dict[str, tuple[Any, list]] = {
@@ -69,20 +69,6 @@ GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "divergences": (np.int64, []),
 }
 """Statistics of every sampler."""
-
-
-class DrawSlots(NamedTuple):
-    """Argument positions of the compiled trajectory's per-draw inputs (None: no such input)."""
-
-    position: int
-    state: list[int]
-    step_size: int
-    refresh: int | None
-    refresh_noise: int | None
-    noise: int | None
-    rows: list[int]
-    row_bounds: int | None
-    update_mask: int | None
 
 
 @dataclass_state
@@ -233,10 +219,8 @@ class StochasticGradientStep(ArrayStepShared):
             dict.fromkeys(WindowedMass.stats_dtypes_shapes, 0) if kernel.constant_metric else {}
         )
         self._trajectory: CompiledTrajectory | None = None
-        self._state_names = [f"state.{n}" for n in kernel.resamples]
-        self._end_names = ["position", *self._state_names]
-        self._row_names = [f"rows_{k}" for k in range(len(self._flat.groups))]
-        self._unused_noise = np.zeros(self.dim, dtype=self._dtype)  # no refresh, no draw
+        self._end_names = ["position", *(f"state.{n}" for n in kernel.resamples)]
+        self._call_arguments: TrajectoryArguments | None = None
         self._params_at_key: tuple | None = None
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._checked_data = None
@@ -394,8 +378,7 @@ class StochasticGradientStep(ArrayStepShared):
         self.params = self.kernel.params_type(**values)
         # Every array but the step size, by compiled input name.
         self._param_inputs = {f"params.{k}": v for k, v in tree_flatten(self.params)[1:]}
-        # Assembled and checked again.
-        self._inputs_anchor = self._checked_anchor = self._inputs_groups = _STALE
+        self._inputs_anchor = self._inputs_groups = _STALE  # the constants are filled again
 
     @property
     def mass(self):
@@ -479,19 +462,10 @@ class StochasticGradientStep(ArrayStepShared):
         """The compiled trajectory (compiled on first use, once per step method)."""
         if self._trajectory is None:
             self._trajectory = fn = self._compile()
-            slots = fn.slots
-            # Where each per-draw input goes, looked up by name once.
-            self._slots = DrawSlots(
-                position=slots["position"],
-                state=[slots[n] for n in self._state_names],
-                step_size=slots["params.step_size"],
-                refresh=slots.get("refresh"),
-                refresh_noise=slots.get("refresh_noise"),
-                noise=slots.get("noise"),
-                rows=[slots[n] for n in self._row_names],
-                row_bounds=slots.get("row_bounds"),
-                update_mask=slots.get("update_mask"),
+            self._call_arguments = TrajectoryArguments(
+                fn, self.kernel, self.n_steps, self.dim, self._dtype
             )
+            self._inputs_anchor = _STALE
         return self._trajectory
 
     def _compile(self) -> CompiledTrajectory:
@@ -528,7 +502,7 @@ class StochasticGradientStep(ArrayStepShared):
         # Compiled functions are rebuilt where they are unpickled (pm.sample with
         # cores > 1 sends the step method to worker processes).
         state = self.__dict__.copy()
-        state["_trajectory"] = None
+        state["_trajectory"] = state["_call_arguments"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -648,7 +622,7 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _trajectory_arguments(self, position: np.ndarray, step_size: float) -> list[Any]:
         """The compiled call's arguments, each in the slot of its input's name."""
-        fn = self.trajectory_function
+        self.trajectory_function  # noqa: B018 - compiled, and its arguments bound
         if self.kernel_state is None:
             self.kernel_state = self._fresh_state(position)
             self.refresh_pending = False
@@ -656,39 +630,16 @@ class StochasticGradientStep(ArrayStepShared):
         per_step = None if groups is None else groups.groups_per_step
         if self.anchor is not self._inputs_anchor or per_step != self._inputs_groups:
             # Parameters, anchor and K change rarely: their slots are filled once each.
-            self._arguments = [None] * len(fn.slots)
             constants = self._param_inputs | self.estimator.inputs(self.anchor)
             if groups is not None:
                 constants |= groups.inputs(self._dtype)
-            for name, value in constants.items():
-                self._arguments[fn.slots[name]] = value
+            self._call_arguments.set_constants(constants)
             self._inputs_anchor, self._inputs_groups = self.anchor, per_step
-        args, at = self._arguments.copy(), self._slots
-        args[at.position] = position
-        for k, value in zip(at.state, self.kernel_state[1:], strict=True):
-            args[k] = value
-        args[at.step_size] = np.asarray(step_size, dtype=self._dtype)
-        if at.refresh is not None:
-            refresh = self.refresh_every_trajectory or self.refresh_pending
-            args[at.refresh] = _TRUE if refresh else _FALSE
-            # Without a refresh its noise is not used: no draw for it.
-            args[at.refresh_noise] = self._normal(self.dim) if refresh else self._unused_noise
-        if at.noise is not None:
-            args[at.noise] = self._normal(self.n_steps, self.dim + self.kernel.step_noise_extra)
-        if groups is not None:
-            rows, bounds, mask = groups.draw(self.rng, self.n_steps + 1)
-            args[at.rows[0]], args[at.row_bounds] = rows, bounds
-            args[at.update_mask] = mask.astype(self._dtype, copy=False)
-        else:
-            integers = self.rng.integers
-            for k, n, shape in zip(at.rows, self._n_rows, fn.row_shapes, strict=True):
-                args[k] = integers(0, n, size=shape)
-        if self._inputs_anchor is not self._checked_anchor:
-            missing = [name for name, k in fn.slots.items() if args[k] is None]
-            if missing:
-                raise TypeError(f"missing trajectory inputs: {missing}")
-            self._checked_anchor = self._inputs_anchor
-        return args
+        return self._call_arguments.draw(
+            position, self.kernel_state[1:], step_size,
+            refresh=self.refresh_every_trajectory or self.refresh_pending,
+            rng=self.rng, n_rows=self._n_rows, groups=groups,
+        )  # fmt: skip
 
     def _params_at(self, step_size: float) -> Any:
         """The parameters with the trajectory's step size (for the kernel's statistics)."""

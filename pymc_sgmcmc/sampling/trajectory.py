@@ -425,3 +425,124 @@ def compile_trajectory(
     """
     fn = compile_graph(list(inputs.values()), list(outputs.values()), compile_kwargs)
     return CompiledTrajectory(fn, tuple(inputs), tuple(outputs), rows)
+
+
+# -- one call's arguments, by name ---------------------------------------------------------
+
+_TRUE, _FALSE = np.asarray(True), np.asarray(False)
+
+PER_DRAW_INPUTS = frozenset(
+    (
+        "position",
+        "params.step_size",
+        "refresh",
+        "refresh_noise",
+        "noise",
+        "row_bounds",
+        "update_mask",
+    )
+)
+"""Inputs filled at every call (with ``state.<field>`` and ``rows_<k>``); the others are
+constants, filled once per change of the parameters, the anchor or the groups per step."""
+
+
+class TrajectoryArguments:
+    """The compiled trajectory's argument list, bound by input name.
+
+    :meth:`set_constants` fills the inputs that change rarely (the kernel's parameters,
+    the anchor, the group weights) and refuses a list that lacks one; :meth:`draw` fills
+    the per-call inputs and draws the randomness from the chain's generator, always in
+    this order: the refresh's normal vector (only when the kernel refreshes), the steps'
+    normal noise, the rows (or whole groups).
+
+    Parameters
+    ----------
+    compiled : CompiledTrajectory
+        The trajectory.
+    kernel : Kernel
+        Its kernel (the state's fields, the extra noise per step).
+    n_steps, dim : int
+        Integrator steps per call and the position's size.
+    dtype : dtype
+        The position's dtype (of every normal draw).
+    """
+
+    def __init__(
+        self, compiled: CompiledTrajectory, kernel: Kernel, n_steps: int, dim: int, dtype: Any
+    ) -> None:
+        slots = compiled.slots
+        self.n_slots = len(slots)
+        self.slots = slots
+        self.position = slots["position"]
+        self.state = [slots[f"state.{name}"] for name in kernel.resamples]
+        self.step_size = slots["params.step_size"]
+        self.refresh, self.refresh_noise = slots.get("refresh"), slots.get("refresh_noise")
+        self.noise = slots.get("noise")
+        n_minibatched = sum(name.startswith("rows_") for name in slots)
+        self.rows = [slots[f"rows_{k}"] for k in range(n_minibatched)]
+        self.row_bounds, self.update_mask = slots.get("row_bounds"), slots.get("update_mask")
+        self.row_shapes = compiled.row_shapes
+        self.noise_shape = (n_steps, dim + kernel.step_noise_extra)
+        self.n_minibatches = n_steps + 1
+        self.dtype = dtype
+        self.unused_noise = np.zeros(dim, dtype=dtype)  # no refresh, no draw
+        self.constants: list[Any] | None = None
+
+    def set_constants(self, constants: dict[str, Any]) -> None:
+        """Fill the rarely changing inputs; every input must be one of them or per call."""
+        arguments = [None] * self.n_slots
+        for name, value in constants.items():
+            arguments[self.slots[name]] = value
+        missing = [
+            name
+            for name, k in self.slots.items()
+            if arguments[k] is None
+            and name not in PER_DRAW_INPUTS
+            and not name.startswith(("state.", "rows_"))
+        ]
+        if missing:
+            raise TypeError(f"missing trajectory inputs: {missing}")
+        self.constants = arguments
+
+    def _normal(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return rng.standard_normal(shape).astype(self.dtype, copy=False)
+
+    def draw(
+        self,
+        position: np.ndarray,
+        state_fields: Any,
+        step_size: float,
+        *,
+        refresh: bool,
+        rng: np.random.Generator,
+        n_rows: list[int],
+        groups: Any = None,
+    ) -> list[Any]:
+        """One call's arguments: the constants, the chain's state, fresh randomness.
+
+        ``groups`` (:class:`~pymc_sgmcmc.sampling.whole_groups.WholeGroups`) draws whole
+        groups; without it each ``pm.Minibatch`` call's rows are drawn with replacement
+        from its ``n_rows``, as ``pm.Minibatch`` does.
+        """
+        args = self.constants.copy()
+        args[self.position] = position
+        for k, value in zip(self.state, state_fields, strict=True):
+            args[k] = value
+        args[self.step_size] = np.asarray(step_size, dtype=self.dtype)
+        if self.refresh is not None:
+            args[self.refresh] = _TRUE if refresh else _FALSE
+            # Without a refresh its noise is not used: no draw for it.
+            args[self.refresh_noise] = (
+                self._normal(rng, self.unused_noise.shape) if refresh else self.unused_noise
+            )
+        if self.noise is not None:
+            args[self.noise] = self._normal(rng, self.noise_shape)
+        if groups is not None:
+            rows, bounds, mask = groups.draw(rng, self.n_minibatches)
+            args[self.rows[0]], args[self.row_bounds] = rows, bounds
+            args[self.update_mask] = mask.astype(self.dtype, copy=False)
+        else:
+            integers = rng.integers
+            for k, n, shape in zip(self.rows, n_rows, self.row_shapes, strict=True):
+                args[k] = integers(0, n, size=shape)
+        return args
