@@ -11,6 +11,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from helpers import switch_model
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.grouped import GroupLayout
@@ -112,6 +113,22 @@ def test_groups_true_explains_why_not(data):
         pmsg.SGHMCEM(groups=True)
     with hierarchical_model(*data):
         assert pmsg.SGHMC(groups=False).groups is None
+
+
+def test_a_sampler_that_cannot_draw_whole_groups_warns_on_a_hierarchical_model(data):
+    # SGNHT's thermostat is shared by all coordinates, so it draws rows: a user who picked
+    # it for a hierarchical model is told before sampling, and told what to use instead.
+    with hierarchical_model(*data):
+        with pytest.warns(RuntimeWarning, match=r"SGNHT: this model indexes .* pmsg.SGHMC\(\)"):
+            assert pmsg.SGNHT(mode_kwargs={"progressbar": False}).groups is None
+        with pytest.warns(RuntimeWarning, match="gradient='svrg'"):
+            assert pmsg.SGHMC(gradient="svrg", mode_kwargs={"progressbar": False}).groups is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            pmsg.SGNHT(groups=False, mode_kwargs={"progressbar": False})
+    with switch_model(), warnings.catch_warnings():  # no groups: nothing to say
+        warnings.simplefilter("error", RuntimeWarning)
+        pmsg.SGNHT(mode_kwargs={"progressbar": False})
 
 
 @pytest.mark.parametrize("cls", [pmsg.SGHMC, pmsg.SGLD], ids=lambda c: c.__name__)

@@ -15,6 +15,7 @@ minibatches of rows.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -461,6 +462,20 @@ def groups_supported(kernel: Kernel) -> bool:
     )
 
 
+def rows_on_groups_warning(sampler: str, reasons: list[str]) -> str:
+    """The warning for a hierarchical model whose groups a sampler will not draw whole."""
+    return (
+        f"{sampler}: this model indexes a parameter vector by a minibatched group index "
+        "(a hierarchical model), but its minibatches will be rows, not whole groups: "
+        + "; ".join(reasons)
+        + ". Drawn by rows, each group's parameters keep most of their gradient noise and "
+        "the exact moves of the groups' parameters do not run (measured on 2,000 groups: "
+        "intercept sds up to 1.2x too wide, the group scale of a non-centred model 46-51 "
+        "posterior sds off). Use pmsg.SGHMC() or pmsg.SGLD() with their defaults "
+        "(docs/hierarchical.md), or pass groups=False to draw rows knowingly."
+    )
+
+
 def group_minibatches(
     model,
     flat: FlatLogp,
@@ -505,10 +520,10 @@ def group_minibatches(
         reasons.append(f"gradient={gradient!r} (use 'control_variates' or 'minibatch')")
     if minibatch != "step":
         reasons.append(f"minibatch={minibatch!r} (whole groups are drawn for every step)")
+    layout, rows = None, None
     if len(flat.groups) != 1:
         reasons.append("the model needs exactly one pm.Minibatch call")
-    layout = None
-    if not reasons:
+    else:
         rows = row_logp(model, flat, vars, initial_point)
         if all(all(flags) for flags in rows.scaled):
             layout = find_groups(
@@ -517,12 +532,12 @@ def group_minibatches(
                 lambda k, j: data_value(flat.groups[k].data[j]),
                 int(sum(np.size(initial_point[v.name]) for v in vars)),
             )
-        if layout is None:
-            reasons.append(
-                "no parameter vector indexed by a minibatched group index was found whose "
-                "groups' rows are its only data (e.g. a[group_idx_mb] with "
-                "pm.Minibatch(group_idx, ..., y) and total_size=)"
-            )
+    if layout is None and not reasons:
+        reasons.append(
+            "no parameter vector indexed by a minibatched group index was found whose "
+            "groups' rows are its only data (e.g. a[group_idx_mb] with "
+            "pm.Minibatch(group_idx, ..., y) and total_size=)"
+        )
     if reasons:
         if insist:
             raise ValueError(
@@ -530,6 +545,8 @@ def group_minibatches(
                 + "; ".join(reasons)
                 + ". Use groups='auto' to draw rows where they are not."
             )
+        if layout is not None:
+            warnings.warn(rows_on_groups_warning(sampler, reasons), RuntimeWarning, stacklevel=4)
         return None
     grouped = GroupedGradient(rows, flat.groups[0].data)
     batch_size = flat.groups[0].batch_size
