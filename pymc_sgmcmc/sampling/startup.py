@@ -70,15 +70,22 @@ def choose_gradient(
     return gradient
 
 
-def find_start_mode(
+def start_mode(
+    sampler: str,
     finder: ModeFinder,
     vars: list,
     initial_point: dict[str, np.ndarray],
     dtype: Any,
     options: dict[str, Any],
+    *,
     curvature: bool,
+    centred_groups: bool,
 ) -> ModeResult:
-    """The mode (and, with ``curvature``, the Laplace covariance) before sampling."""
+    """The mode (and, with ``curvature``, the Laplace covariance) before sampling.
+
+    Where a grouped model's locals are sampled directly (``centred_groups``) and the search
+    fails, the error names the funnel and the non-centred form.
+    """
     options = dict(options)
     options.setdefault("curvature", curvature)
     options.setdefault("progressbar", True)
@@ -94,23 +101,8 @@ def find_start_mode(
     unknown = set(options) - {*MODE_SEARCH_DEFAULTS, "curvature", "progressbar"}
     if unknown:
         raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
-    return search_mode(finder, x0, point, rng=rng, **(MODE_SEARCH_DEFAULTS | options))
-
-
-def start_mode(
-    sampler: str,
-    finder: ModeFinder,
-    vars: list,
-    initial_point: dict[str, np.ndarray],
-    dtype: Any,
-    options: dict[str, Any],
-    *,
-    curvature: bool,
-    centred_groups: bool,
-) -> ModeResult:
-    """:func:`find_start_mode`, with the funnel named where a centred hierarchy has no mode."""
     try:
-        return find_start_mode(finder, vars, initial_point, dtype, options, curvature)
+        return search_mode(finder, x0, point, rng=rng, **(MODE_SEARCH_DEFAULTS | options))
     except ValueError as error:
         if not centred_groups:
             raise
