@@ -40,8 +40,7 @@ from pymc_sgmcmc.gradients.estimators import TuningWindows
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
-from pymc_sgmcmc.metrics.euclidean import euclidean_metric, metric_from_inverse
-from pymc_sgmcmc.sampling import arguments, noise, startup
+from pymc_sgmcmc.sampling import arguments, kernel_parameters, noise, startup
 from pymc_sgmcmc.sampling.chain_checks import anchor_distance, chain_check_messages
 from pymc_sgmcmc.sampling.corrections import DivergenceLog, Trajectory, correction_for
 from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
@@ -212,7 +211,10 @@ class StochasticGradientStep(ArrayStepShared):
             if kernel.supports_spheres
             else None
         )
-        self._fixed_params = self._kernel_parameters(kernel_params, mass)
+        self._fixed_params, self._estimated_noise = kernel_parameters.fixed_parameters(
+            kernel, kernel_params, mass=mass, mass_adapter=mass_adapter, layout=self.layout,
+            dim=self.dim, dtype=self._dtype,
+        )  # fmt: skip
         self._mass_given = mass is not None or "metric" in (kernel_params or {})
         # A fixed mass reports what a learned one would: no updates.
         self._fixed_mass_stats = (
@@ -264,24 +266,6 @@ class StochasticGradientStep(ArrayStepShared):
             target = exact_target(logp, position)
             kernel.validate(self.params, target, position, point.astype(self._dtype), name)
 
-    def _kernel_parameters(self, kernel_params: dict | None, mass: Any) -> dict[str, Any]:
-        """The kernel's fixed parameters: the user's, the metric from ``mass=``, the layout."""
-        kernel, fixed = self.kernel, dict(kernel_params or {})
-        # A noise estimate given as "auto" (SGHMC's): measured with the step size, else 0.
-        noise_name = kernel.estimated_noise
-        auto = noise_name is not None and fixed.get(noise_name) == "auto"
-        self._estimated_noise = noise_name if auto else None
-        if auto:
-            fixed[noise_name] = 0.0
-        if kernel.constant_metric and self.mass_adapter is None and "metric" not in fixed:
-            fixed["metric"] = euclidean_metric(mass, self.dim, self._dtype)
-        if kernel.supports_spheres:
-            fixed["layout"] = self.layout
-        return {
-            key: np.asarray(value, dtype=self._dtype) if isinstance(value, float) else value
-            for key, value in fixed.items()
-        }
-
     def _start_up(
         self, step_size: Any, anchor: Any, anchor_every: int, mode_kwargs: dict, jitter: float
     ) -> None:
@@ -313,7 +297,13 @@ class StochasticGradientStep(ArrayStepShared):
             vars=self.vars, initial_point=self._initial_point, dtype=self._dtype,
         )  # fmt: skip
         if automatic:
-            self._precondition(self.mode.covariance)
+            self.mass_adapter, metric = kernel_parameters.preconditioned(
+                kernel, self.mode.covariance, mass_adapter=self.mass_adapter,
+                mass_given=self._mass_given, adapt_mass=self.adapt_mass,
+                diagonal=self.groups is not None, dtype=self._dtype,
+            )  # fmt: skip
+            if metric is not None:
+                self._fixed_params["metric"] = metric
             self.step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
                 kernel.default_step_size,
                 metropolis=kernel.energy is not None,
@@ -332,50 +322,16 @@ class StochasticGradientStep(ArrayStepShared):
             self.step_size_adapter = StepSizeAdapter(step_size, jitter=jitter)
         self.rows_touched_by_setup += self._rows_touched() - before
 
-    def _precondition(self, covariance: np.ndarray) -> None:
-        """Start a constant metric (or the mass adapter) from the Laplace covariance.
-
-        A position-dependent metric is the sampler's own and stays: its default step
-        size is in the units it sets (e.g. the Hessian's, which are the Laplace ones at
-        the mode).
-        """
-        if not self.kernel.constant_metric:
-            return
-        if self.groups is not None and np.ndim(covariance) == 2:
-            # Held coordinates must not drift with the others' momenta: a diagonal mass.
-            covariance = np.diag(covariance).copy()
-        if self.mass_adapter is not None:
-            self.mass_adapter.precondition(covariance)
-        elif not self._mass_given and self.adapt_mass:
-            self.mass_adapter = WindowedMass(covariance)
-        elif not self._mass_given:
-            self._fixed_params["metric"] = metric_from_inverse(covariance, self._dtype)
-
     # -- parameters and what the step shows ---------------------------------------------
 
     def _read_parameters(self) -> None:
         """Assemble the kernel's parameters from the fixed ones and the adapters'."""
-        values = dict(self._fixed_params)
-        if self.mass_adapter is not None:
-            values.update(self.mass_adapter.parameters())
-        values.update(
-            (key, np.asarray(value, dtype=self._dtype))
-            for key, value in self.step_size_adapter.parameters().items()
-        )
-        values["step_size"] = np.asarray(np.nan, dtype=self._dtype)
-        metric = values.get("metric")
-        self._posterior_sd = None
-        if self.kernel.constant_metric:
-            # Before the inflation of noisy coordinates: M⁻¹ is the chain's estimate of
-            # the posterior covariance (the Laplace one, then the windows' draws).
-            inverse = np.diag(metric.inverse) if metric.is_dense else metric.inverse
-            self._posterior_sd = np.sqrt(np.asarray(inverse, dtype=float))
         groups = self.__dict__.get("groups")
-        inflation = None if groups is None else groups.noise_inflation
-        if inflation is not None:
-            inverse = values["metric"].inverse / inflation
-            values["metric"] = metric_from_inverse(inverse, self._dtype)
-        self.params = self.kernel.params_type(**values)
+        self.params, self._posterior_sd = kernel_parameters.assembled_parameters(
+            self.kernel, self._fixed_params, mass_adapter=self.mass_adapter,
+            step_size_adapter=self.step_size_adapter,
+            inflation=None if groups is None else groups.noise_inflation, dtype=self._dtype,
+        )  # fmt: skip
         # Every array but the step size, by compiled input name.
         self._param_inputs = {f"params.{k}": v for k, v in tree_flatten(self.params)[1:]}
         self._inputs_anchor = self._inputs_groups = _STALE  # the constants are filled again
