@@ -558,9 +558,8 @@ class StochasticGradientStep(ArrayStepShared):
 
     def draw_rows(self) -> list[np.ndarray]:
         """Rows of every minibatch of one trajectory, with replacement as pm.Minibatch."""
-        shapes = self.trajectory_function.row_shapes
-        integers = self.rng.integers
-        return [integers(0, n, size=shape) for n, shape in zip(self._n_rows, shapes, strict=True)]
+        self.trajectory_function  # noqa: B018 - compiled, and its arguments bound
+        return self._call_arguments.draw_rows(self.rng, self._n_rows)
 
     def _normal(self, *shape: int) -> np.ndarray:
         return self.rng.standard_normal(shape).astype(self._dtype, copy=False)

@@ -542,7 +542,13 @@ class TrajectoryArguments:
             args[self.rows[0]], args[self.row_bounds] = rows, bounds
             args[self.update_mask] = mask.astype(self.dtype, copy=False)
         else:
-            integers = rng.integers
-            for k, n, shape in zip(self.rows, n_rows, self.row_shapes, strict=True):
-                args[k] = integers(0, n, size=shape)
+            for k, rows in zip(self.rows, self.draw_rows(rng, n_rows), strict=True):
+                args[k] = rows
         return args
+
+    def draw_rows(self, rng: np.random.Generator, n_rows: list[int]) -> list[np.ndarray]:
+        """Each ``pm.Minibatch`` call's rows, with replacement from its ``n_rows``."""
+        integers = rng.integers
+        return [
+            integers(0, n, size=shape) for n, shape in zip(n_rows, self.row_shapes, strict=True)
+        ]
