@@ -9,13 +9,17 @@ drawn from the chain's generator by :func:`chain_start`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from pymc_sgmcmc.adaptation.base import Adapter
+from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize, StepSizeAdapter
 from pymc_sgmcmc.core.validation import check_choice
 from pymc_sgmcmc.gradients.estimators import Grouping, MinibatchEstimator, make_estimator
 from pymc_sgmcmc.gradients.full_data import Anchor
+from pymc_sgmcmc.kernels.base import Kernel
+from pymc_sgmcmc.sampling import kernel_parameters, noise
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
 from pymc_sgmcmc.sampling.trajectory import ANCHORED_GRADIENTS, GRADIENTS
 
@@ -137,6 +141,97 @@ def anchored_estimator(
     elif estimator.anchored and mode is not None:
         estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient)
     return estimator
+
+
+class StartUp(NamedTuple):
+    """What the start-up hands a step before any chain (:func:`start_up`)."""
+
+    mode: ModeResult | None
+    """The mode search's result (with the Laplace covariance where it was asked)."""
+    estimator: MinibatchEstimator
+    """The gradient estimator, with the anchor a chain starts from."""
+    step_size_adapter: StepSizeAdapter
+    mass_adapter: Adapter | None
+    metric: Any
+    """The Laplace metric where it replaces the kernel's default, else None."""
+    minibatch_slowdown: float | None
+    """How many times below its default plain minibatch noise caps the step (measured
+    with ``gradient="minibatch"`` and an automatic step size, else None)."""
+    rows_touched: int
+    """Data rows the mode search and the anchor read."""
+
+
+def start_up(
+    sampler: str,
+    kernel: Kernel,
+    *,
+    gradient: str,
+    passes: Callable[[], ModeFinder],
+    rows_read: Callable[[], int],
+    step_size: Any,
+    anchor: Any,
+    anchor_every: int,
+    mode_kwargs: dict,
+    jitter: float,
+    grouping: Grouping | None,
+    centred_groups: bool,
+    vars: list,
+    initial_point: dict[str, np.ndarray],
+    dtype: Any,
+    batch_sizes: list[int],
+    n_rows: list[int],
+    n_steps: int,
+    mass_adapter: Adapter | None,
+    mass_given: bool,
+    adapt_mass: bool,
+    damping: float,
+    estimated_noise: Any,
+    noise_checkable: bool,
+) -> StartUp:
+    """Mode, anchor, estimator, metric and step-size adapter, in that order, before any chain.
+
+    An automatic step size (a string) searches the mode with its curvature, takes the
+    Laplace metric (:func:`~pymc_sgmcmc.sampling.kernel_parameters.preconditioned`) and
+    dual-averages the step; control variates without an ``anchor=`` search the mode for
+    their anchor. ``passes`` compiles the full-data and subsample passes on first use;
+    ``rows_read`` counts the rows they have read.
+    """
+    automatic = isinstance(step_size, str)
+    mode, rows_touched = None, 0
+    if automatic or (gradient == "control_variates" and anchor is None):
+        mode = start_mode(
+            sampler, passes(), vars, initial_point, dtype, mode_kwargs, curvature=automatic,
+            centred_groups=centred_groups,
+        )  # fmt: skip
+        rows_touched += mode.rows_touched
+    before = rows_read()
+    estimator = anchored_estimator(
+        sampler, gradient, passes, batch_sizes, anchor_every=anchor_every, anchor=anchor,
+        mode=mode, grouping=grouping, vars=vars, initial_point=initial_point, dtype=dtype,
+    )  # fmt: skip
+    metric = slowdown = None
+    if automatic:
+        mass_adapter, metric = kernel_parameters.preconditioned(
+            kernel, mode.covariance, mass_adapter=mass_adapter, mass_given=mass_given,
+            adapt_mass=adapt_mass, diagonal=grouping is not None, dtype=dtype,
+        )  # fmt: skip
+        step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
+            kernel.default_step_size,
+            metropolis=kernel.energy is not None,
+            damping=damping,
+            jitter=jitter,
+            estimates_noise=estimated_noise,
+        )
+        if gradient == "minibatch" and batch_sizes and noise_checkable:
+            slowdown = noise.check_plain_minibatch_noise(
+                sampler, estimator, mode, n_rows, kernel=kernel, damping=damping,
+                n_steps=n_steps, target_accept=step_size_adapter.target_accept,
+                batch_sizes=batch_sizes, dtype=dtype,
+            )  # fmt: skip
+    else:
+        step_size_adapter = StepSizeAdapter(step_size, jitter=jitter)
+    rows_touched += rows_read() - before
+    return StartUp(mode, estimator, step_size_adapter, mass_adapter, metric, slowdown, rows_touched)
 
 
 def centred_hierarchy_hint(sampler: str, error: ValueError) -> str:

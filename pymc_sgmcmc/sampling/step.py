@@ -31,10 +31,6 @@ from rich.table import Column
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.adaptation.step_size import (
-    AdaptiveStepSize,
-    StepSizeAdapter,
-)
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass, adaptation_windows
 from pymc_sgmcmc.gradients.estimators import TuningWindows
 from pymc_sgmcmc.gradients.graphs import FlatLogp
@@ -269,58 +265,31 @@ class StochasticGradientStep(ArrayStepShared):
     def _start_up(
         self, step_size: Any, anchor: Any, anchor_every: int, mode_kwargs: dict, jitter: float
     ) -> None:
-        """Mode, anchor, estimator, metric and step-size adapter, before any chain."""
-        kernel, automatic = self.kernel, isinstance(step_size, str)
-        self.mode: ModeResult | None = None
-        self.mode_seconds: float | None = None
-        self.rows_touched_by_setup = 0
-        # How many times below its default the minibatch noise caps the step (measured
-        # before sampling with gradient="minibatch" and step_size="auto").
-        self.minibatch_slowdown: float | None = None
+        """Mode, anchor, estimator, metric and step-size adapter (:func:`startup.start_up`)."""
         self._finder: ModeFinder | None = None
         self._chunk_rows = mode_kwargs.pop("chunk_rows", None)
-        if automatic or (self.gradient == "control_variates" and anchor is None):
-            groups = self.groups
-            self.mode = startup.start_mode(
-                type(self).__name__, self._mode_finder(), self.vars, self._initial_point,
-                self._dtype, mode_kwargs, curvature=automatic,
-                centred_groups=groups is not None and groups.interweaving is None,
-            )  # fmt: skip
-            self.mode_seconds = self.mode.seconds
-            self.rows_touched_by_setup += self.mode.rows_touched
-        before = self._rows_touched()
-        self.estimator = startup.anchored_estimator(
-            type(self).__name__, self.gradient, self._mode_finder,
-            [g.batch_size for g in self._flat.groups], anchor_every=anchor_every,
-            anchor=anchor, mode=self.mode,
-            grouping=None if self.groups is None else self.groups.grouping,
+        groups = self.groups
+        start = startup.start_up(
+            type(self).__name__, self.kernel, gradient=self.gradient, passes=self._mode_finder,
+            rows_read=self._rows_touched, step_size=step_size, anchor=anchor,
+            anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=jitter,
+            grouping=None if groups is None else groups.grouping,
+            centred_groups=groups is not None and groups.interweaving is None,
             vars=self.vars, initial_point=self._initial_point, dtype=self._dtype,
+            batch_sizes=[g.batch_size for g in self._flat.groups], n_rows=self._n_rows,
+            n_steps=self.n_steps, mass_adapter=self.mass_adapter, mass_given=self._mass_given,
+            adapt_mass=self.adapt_mass, damping=self._noise_damping,
+            estimated_noise=self._estimated_noise, noise_checkable=self._noise_checkable,
         )  # fmt: skip
-        if automatic:
-            self.mass_adapter, metric = kernel_parameters.preconditioned(
-                kernel, self.mode.covariance, mass_adapter=self.mass_adapter,
-                mass_given=self._mass_given, adapt_mass=self.adapt_mass,
-                diagonal=self.groups is not None, dtype=self._dtype,
-            )  # fmt: skip
-            if metric is not None:
-                self._fixed_params["metric"] = metric
-            self.step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
-                kernel.default_step_size,
-                metropolis=kernel.energy is not None,
-                damping=self._noise_damping,
-                jitter=jitter,
-                estimates_noise=self._estimated_noise,
-            )
-            if self.gradient == "minibatch" and self._flat.groups and self._noise_checkable:
-                self.minibatch_slowdown = noise.check_plain_minibatch_noise(
-                    type(self).__name__, self.estimator, self.mode, self._n_rows,
-                    kernel=kernel, damping=self._noise_damping, n_steps=self.n_steps,
-                    target_accept=self.step_size_adapter.target_accept,
-                    batch_sizes=[g.batch_size for g in self._flat.groups], dtype=self._dtype,
-                )  # fmt: skip
-        else:
-            self.step_size_adapter = StepSizeAdapter(step_size, jitter=jitter)
-        self.rows_touched_by_setup += self._rows_touched() - before
+        self.mode: ModeResult | None = start.mode
+        self.mode_seconds = None if start.mode is None else start.mode.seconds
+        self.estimator, self.step_size_adapter = start.estimator, start.step_size_adapter
+        self.mass_adapter = start.mass_adapter
+        if start.metric is not None:
+            self._fixed_params["metric"] = start.metric
+        # How many times below its default the minibatch noise caps the step.
+        self.minibatch_slowdown = start.minibatch_slowdown
+        self.rows_touched_by_setup = start.rows_touched
 
     # -- parameters and what the step shows ---------------------------------------------
 
