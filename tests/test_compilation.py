@@ -1,6 +1,7 @@
 """Compiled functions are reused for the same graph on the same model, and only then."""
 
 import gc
+import pickle
 import weakref
 
 import numpy as np
@@ -82,3 +83,21 @@ def test_the_store_is_dropped_with_its_model():
     del model
     gc.collect()
     assert reference() is None
+
+
+def test_a_pickled_function_is_linked_again_and_still_reads_its_shared_variables():
+    # What pm.sample(cores > 1) does with a step method under "spawn" or "forkserver".
+    x = pt.vector("x")
+    other = pytensor.shared(np.array(2.0), name="other")  # set by PyMC in a CompoundStep
+    function = compile_graph([x], [pt.log1p(pt.exp(x)).sum() * other])
+    point = np.linspace(-3.0, 3.0, 7)
+    expected = function(point)
+    payload = pickle.dumps((compilation.LinkedWhereUnpickled(function), other))
+    unpickled, unpickled_other = pickle.loads(payload)
+    assert unpickled.trust_input
+    np.testing.assert_array_equal(unpickled(point), expected)
+    # The container travelled, not a copy of its data (a copy missed PyMC's updates).
+    unpickled_other.set_value(np.array(3.0))
+    other.set_value(np.array(3.0))
+    np.testing.assert_array_equal(unpickled(point), function(point))
+    assert not np.array_equal(unpickled(point), expected)

@@ -10,6 +10,7 @@ import math
 import warnings
 
 import arviz as az
+import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
@@ -143,6 +144,20 @@ def test_parallel_chains_equal_sequential_chains_with_the_same_seed(
 ):
     sequential = sample(sghmc, minibatch_model, draws=20, tune=5, chains=2, random_seed=5)
     np.testing.assert_array_equal(draws_of(parallel_chains, "mu"), draws_of(sequential, "mu"))
+
+
+def test_a_pickled_step_computes_what_the_original_does(minibatch_model):
+    # Pickled for worker processes, the step links its compiled trajectory again, or
+    # compiles it anew where PyTensor will not rebuild the rewritten graph (this model's
+    # scan, whose recurrent state has a static length of 1, is one).
+    with minibatch_model:
+        step = compiled(pmsg.SGHMC(step_size=0.01, n_steps=10))
+    inputs = step.trajectory_inputs(np.array([0.3]), 0.01)
+    expected = step.trajectory_function.named(**inputs)
+    copy = cloudpickle.loads(cloudpickle.dumps(step))
+    outputs = copy.trajectory_function.named(**inputs)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(outputs[name], value, err_msg=name)
 
 
 # -- minibatches ----------------------------------------------------------------------

@@ -14,6 +14,7 @@ which is most of a compile for the samplers whose trajectory holds nested scans 
 from __future__ import annotations
 
 import hashlib
+import pickle
 import weakref
 from typing import Any
 
@@ -32,6 +33,49 @@ _COMPILED: weakref.WeakKeyDictionary[Model, dict[tuple, Any]] = weakref.WeakKeyD
 """Compiled functions by model, then by :func:`graph_key` (and the compile settings)."""
 _DIGESTS: weakref.WeakKeyDictionary[Constant, str] = weakref.WeakKeyDictionary()
 """A digest of each constant's data, computed once (a full-data model's observations)."""
+
+
+LINK_FLAGS = {"numba__fastmath": False}
+"""PyTensor settings read when a function is linked (compiled, or unpickled): see
+:func:`compile_graph` for why fast-math is off."""
+
+
+class LinkedWhereUnpickled:
+    """A compiled function to pickle: it unpickles linked as :func:`compile_graph` links.
+
+    PyTensor pickles a compiled function as its rewritten graph and links it again where
+    it is unpickled, so a worker process of ``pm.sample(cores > 1)`` skips the graph
+    rewriting, most of a compile. Unpickling this gives the function itself, or None
+    where the rewritten graph does not unpickle (PyTensor re-checks a scan's inner types
+    and refused one whose rewritten recurrent state had a static length): compile anew
+    then. Two differences from PyTensor's own pickling, each measured to matter:
+
+    - the link uses :data:`LINK_FLAGS` (PyTensor's own links under whatever is set when
+      unpickling, fast-math on by default, and a worker's draws rounded 2e-16 apart from
+      the parent's);
+    - the inputs' containers travel, not copies of their data: a shared variable's
+      container is the model's, pickled with it, so the function still reads what PyMC
+      sets there (the other step methods' variables in a ``CompoundStep``).
+    """
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+    def __reduce__(self) -> tuple:
+        function = self.function
+        function.free()  # intermediate results are not pickled
+        maker = pickle.dumps(function.maker)
+        return (_link, (maker, list(function.input_storage), function.trust_input))
+
+
+def _link(maker: bytes, storage: list, trust_input: bool) -> Any:
+    with pytensor.config.change_flags(**LINK_FLAGS):
+        try:
+            function = pickle.loads(maker).create(storage)
+        except (TypeError, ValueError):
+            return None
+    function.trust_input = trust_input
+    return function
 
 
 def compile_graph(inputs: list, outputs: list, compile_kwargs: dict | None = None) -> Any:
@@ -62,7 +106,7 @@ def compile_graph(inputs: list, outputs: list, compile_kwargs: dict | None = Non
             if cached is not None:
                 return cached
     kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
-    with pytensor.config.change_flags(numba__fastmath=False):
+    with pytensor.config.change_flags(**LINK_FLAGS):
         function = pm_compile(list(inputs), list(outputs), random_seed=False, **kwargs)
     function.trust_input = True
     if key is not None:

@@ -385,10 +385,11 @@ class StochasticGradientStep(ArrayStepShared):
     @property
     def trajectory_function(self) -> CompiledTrajectory:
         """The compiled trajectory (compiled on first use, once per step method)."""
-        if self._trajectory is None:
-            self._trajectory = fn = self._compile()
+        if self._trajectory is None or self._trajectory.function is None:
+            self._trajectory = self._compile()
+        if self._call_arguments is None:
             self._call_arguments = TrajectoryArguments(
-                fn, self.kernel, self.n_steps, self.dim, self._dtype
+                self._trajectory, self.kernel, self.n_steps, self.dim, self._dtype
             )
             self._inputs_anchor = _STALE
         return self._trajectory
@@ -424,10 +425,13 @@ class StochasticGradientStep(ArrayStepShared):
         return compiled
 
     def __getstate__(self) -> dict:
-        # Compiled functions are rebuilt where they are unpickled (pm.sample with
-        # cores > 1 sends the step method to worker processes).
+        # pm.sample(cores > 1) with a "spawn" or "forkserver" start method sends the step
+        # method to each worker process. It takes its compiled functions along, the
+        # trajectory compiled here once: a worker only links them again
+        # (core/compilation.py's LinkedWhereUnpickled), where it spent 53 s compiling RHMC's.
+        self.trajectory_function  # noqa: B018 - compiled once, before pickling
         state = self.__dict__.copy()
-        state["_trajectory"] = state["_call_arguments"] = None
+        state["_call_arguments"] = None  # bound again to the unpickled function
         return state
 
     def __setstate__(self, state: dict) -> None:

@@ -22,7 +22,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 
-from pymc_sgmcmc.core.compilation import compile_graph
+from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
@@ -228,6 +228,10 @@ class CompiledTrajectory:
     def __post_init__(self) -> None:
         self.index = {name: k for k, name in enumerate(self.output_names)}
         self.slots = {name: k for k, name in enumerate(self.input_names)}
+
+    def __getstate__(self) -> dict:
+        # Unpickled, the function is linked again, not compiled (None where it cannot be).
+        return self.__dict__ | {"function": LinkedWhereUnpickled(self.function)}
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         """Run the trajectory; inputs and outputs in their names' order."""
