@@ -17,7 +17,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from helpers import compiled, draws_of, stat
+from helpers import compiled, draws_of, sample, stat
 from test_samplers_statistical import (
     CHAINS,
     CORR_COV,
@@ -322,16 +322,7 @@ def gaussians_model():
 def sgrnphmc_gaussians(model, **settings):
     with model:
         step = pmsg.SGRNPHMC(mode_kwargs={"progressbar": False}, **settings)
-        idata = pm.sample(
-            draws=DRAWS,
-            tune=TUNE,
-            chains=CHAINS,
-            cores=1,
-            step=step,
-            random_seed=12,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
+    idata = sample(step, model, draws=DRAWS, tune=TUNE, chains=CHAINS, random_seed=12)
     mu, x = draws_of(idata, "mu")[..., None], draws_of(idata, "x")
     exact_sd = np.sqrt(np.einsum("ki,ij,kj->k", CORR_DIRECTIONS, CORR_COV, CORR_DIRECTIONS))
     assert_matches_gaussian(
