@@ -19,8 +19,8 @@ from scipy.special import expit
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
-from pymc_sgmcmc.gradients.estimators import TuningWindows
-from pymc_sgmcmc.gradients.full_data import FullDataPass
+from pymc_sgmcmc.gradients.estimators import ChainEstimator, ControlVariates, TuningWindows
+from pymc_sgmcmc.gradients.full_data import Anchor, FullDataPass
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient
 from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
 
@@ -263,3 +263,38 @@ def test_tuning_windows_give_each_windows_mean_of_its_finite_draws():
 def test_a_window_of_fewer_than_ten_draws_moves_nothing():
     windows = TuningWindows([(0, 9)])
     assert all(windows.observe(np.ones(1), i) is None for i in range(9))
+
+
+class QuadraticPasses:
+    """Full-data passes of ``log p(θ) = -|θ|²/2``, not finite where ``|θ₀| > 5``."""
+
+    def full_pass(self, position):
+        if abs(position[0]) > 5:
+            return np.nan, np.full_like(position, np.nan)
+        return -0.5 * float(position @ position), -position
+
+
+def test_a_chain_estimator_moves_its_anchor_to_each_windows_finite_mean():
+    estimator = ControlVariates(QuadraticPasses, batch_sizes=[10], sampler="SGHMC")
+    estimator.initial_anchor = Anchor(np.zeros(2), 0.0, np.zeros(2))
+    tune = 200
+    chain = ChainEstimator(estimator, dim=2, tune=tune)
+    assert chain.anchor is estimator.initial_anchor
+    first_end = chain.windows.windows[0][1]
+    chain.noise.add(np.ones(2))
+    moves = []
+    for iteration in range(tune):
+        # Draws at 1 until the first window ends, then at 9, where the pass is not finite.
+        value = 1.0 if iteration < first_end else 9.0
+        before = chain.anchor
+        chain.follow_tuning(np.full(2, value), iteration, np.float64)
+        if chain.anchor is not before:
+            moves.append(iteration)
+    # Only the first window's mean moved it; the later means are not finite there, and
+    # the last finite anchor stays.
+    assert moves == [first_end - 1]
+    np.testing.assert_array_equal(chain.anchor.position, [1.0, 1.0])
+    np.testing.assert_array_equal(chain.anchor.gradient, [-1.0, -1.0])
+    assert chain.anchor.logp == -1.0
+    assert chain.noise.probes == 0  # measured about the old anchor: forgotten
+    assert chain.inputs()["anchor.position"] is chain.anchor.position

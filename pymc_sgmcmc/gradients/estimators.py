@@ -2,10 +2,11 @@
 
 An estimator says what the compiled trajectory needs from it (``name`` selects the
 symbolic estimator, ``inputs`` its arrays), when its anchor moves (``next_anchor``) and
-how its own noise is measured (``noise_variance``). The
-chain's current anchor is state of the chain, kept by the step (so that PyMC's
-``sampling_state`` covers it) and passed in; an estimator holds only what is fixed for
-the step method: its full-data passes and the anchor a chain starts from.
+how its own noise is measured (``noise_variance``). An estimator holds only what is
+fixed for the step method: its full-data passes and the anchor a chain starts from.
+What one chain changes (its current anchor, the tuning windows that anchor follows,
+its noise measurements) is a :class:`ChainEstimator`, which PyMC's ``sampling_state``
+covers.
 
 Protocol, in six lines:
 
@@ -13,7 +14,7 @@ Protocol, in six lines:
 - ``initial_anchor``: the anchor a chain starts from (``None``: none, or SVRG's first move);
 - ``next_anchor(anchor, position, iteration)``: the anchor of this trajectory;
 - ``follows_tuning``: whether a fixed anchor moves to each tuning window's mean
-  (:class:`TuningWindows`, kept by the step as chain state);
+  (:class:`TuningWindows`, kept by the chain's :class:`ChainEstimator`);
 - ``inputs(anchor)``: its arrays of the compiled trajectory, by input name;
 - ``noise_variance(position, anchor, rng, n_rows, metric)``: one whitened noise measurement.
 """
@@ -22,10 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
+from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 
+from pymc_sgmcmc.adaptation.step_size import gradient_noise_ratio
+from pymc_sgmcmc.adaptation.windowed_mass import adaptation_windows
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.gradients.grouped import GroupLayout
 
@@ -294,3 +298,130 @@ def make_estimator(
     Its ``initial_anchor`` is set by the start-up (the mode, or the user's point).
     """
     return ESTIMATORS[name](passes, batch_sizes, sampler, every=anchor_every)
+
+
+NOISE_PROBES_AT_START = 8
+"""Gradient-noise measurements at a chain's start and after each change of the metric."""
+
+NOISE_PROBE_EVERY = {True: 5, False: 20}
+"""Iterations between gradient-noise measurements, during tuning and after it."""
+
+
+@dataclass_state
+class NoiseMonitorState(DataClassState):
+    """A chain's gradient-noise measurements so far."""
+
+    total: Any
+    probes: int
+
+
+class NoiseMonitor(WithSamplingState):
+    """The gradient noise one chain has measured: the mean whitened variance.
+
+    Reset when the metric changes (the variance is in its units) and when tuning ends
+    (measured afresh at the frozen step and metric); PyMC's ``sampling_state`` carries it.
+    """
+
+    _state_class = NoiseMonitorState
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every measurement."""
+        self.total = np.zeros(self.dim)
+        self.probes = 0
+
+    def due(self, iteration: int, tune: bool) -> bool:
+        """Whether the chain measures before this iteration's trajectory."""
+        return self.probes == 0 or iteration % NOISE_PROBE_EVERY[bool(tune)] == 0
+
+    def add(self, variance: np.ndarray) -> None:
+        """One measurement (a non-finite one, far out in a tail, is left out)."""
+        if np.all(np.isfinite(variance)):
+            self.total = self.total + variance
+            self.probes += 1
+
+    def mean(self) -> np.ndarray | None:
+        """The mean whitened variance per coordinate; None before any measurement."""
+        return self.total / self.probes if self.probes else None
+
+    def ratio(self, step_size: float, damping: float) -> float:
+        """``B̂/C`` at ``step_size`` (:func:`gradient_noise_ratio`); NaN before any measurement."""
+        mean = self.mean()
+        return np.nan if mean is None else gradient_noise_ratio(step_size, mean, damping)
+
+
+@dataclass_state
+class ChainEstimatorState(DataClassState):
+    """A chain's anchor, the tuning windows it follows and the noise measured so far."""
+
+    anchor: Any
+    windows: Any
+    noise: Any
+
+
+class ChainEstimator(WithSamplingState):
+    """One chain's gradient estimator: the estimator with the chain's own state.
+
+    The estimator holds what is fixed for the step method (its full-data passes, the
+    anchor a chain starts from); this holds what one chain changes: the current anchor,
+    the tuning windows a fixed anchor follows (:class:`TuningWindows`) and the noise
+    measurements (:class:`NoiseMonitor`). PyMC's ``sampling_state`` carries all three.
+
+    Parameters
+    ----------
+    estimator : MinibatchEstimator
+        The step method's estimator.
+    dim : int
+        Coordinates of the position.
+    tune : int
+        Tuning iterations of the chain (the windows' schedule).
+    measures_noise : bool
+        Whether the chain measures its gradient noise at all (a kernel that uses it, on
+        minibatched data).
+    """
+
+    _state_class = ChainEstimatorState
+
+    def __init__(
+        self, estimator: MinibatchEstimator, dim: int, tune: int, *, measures_noise: bool = True
+    ) -> None:
+        self.estimator = estimator
+        self.measures_noise = measures_noise
+        self.anchor: Anchor | None = estimator.initial_anchor
+        self.windows = TuningWindows(adaptation_windows(tune)) if estimator.follows_tuning else None
+        self.noise = NoiseMonitor(dim)
+
+    def before_trajectory(self, position: np.ndarray, iteration: int) -> None:
+        """Move the anchor where the estimator's schedule says (SVRG's snapshots)."""
+        self.anchor = self.estimator.next_anchor(self.anchor, position, iteration)
+
+    def probe_due(self, iteration: int, tune: bool) -> bool:
+        """Whether the chain measures its noise before this iteration's trajectory."""
+        return self.measures_noise and self.noise.due(iteration, tune)
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The estimator's arrays of the compiled trajectory, at the current anchor."""
+        return self.estimator.inputs(self.anchor)
+
+    def noise_variance(
+        self, position: np.ndarray, rng: np.random.Generator, n_rows: list[int], metric
+    ) -> np.ndarray:
+        """One whitened noise measurement at ``position`` (the estimator's ``noise_variance``)."""
+        return self.estimator.noise_variance(position, self.anchor, rng, n_rows, metric)
+
+    def follow_tuning(self, position: np.ndarray | None, iteration: int, dtype) -> None:
+        """At the end of a tuning window, move the anchor to the window's mean.
+
+        ``position`` is the draw of ``iteration`` (``None``: a divergent one). Where the
+        full-data pass at the mean is not finite, the old anchor stays: it was finite.
+        """
+        mean = self.windows.observe(position, iteration)
+        if mean is None:
+            return
+        anchor = self.estimator.anchor_if_finite(mean.astype(dtype))
+        if anchor is not None:
+            self.anchor = anchor
+            self.noise.reset()  # the estimate's noise depends on the anchor

@@ -1,8 +1,9 @@
-"""The gradient noise a chain measures, and the check of plain minibatches before sampling.
+"""The check of plain minibatches before sampling.
 
-The estimator measures its own noise (its ``noise_variance``); here is when a chain
-measures it (:class:`NoiseMonitor`), and what a plain minibatch's
-noise at the mode says about the step a sampler can take (:func:`plain_minibatch_warning`).
+The estimator measures its own noise (its ``noise_variance``) and a chain keeps its
+measurements (:class:`~pymc_sgmcmc.gradients.estimators.ChainEstimator`); here is what a
+plain minibatch's noise at the mode says about the step a sampler can take
+(:func:`plain_minibatch_warning`).
 """
 
 from __future__ import annotations
@@ -12,70 +13,17 @@ import warnings
 from typing import Any
 
 import numpy as np
-from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 
 from pymc_sgmcmc.adaptation.step_size import (
     NOISE_TOLERANCE,
     acceptance_limited_step_size,
-    gradient_noise_ratio,
     noise_limited_step_size,
 )
+from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START
 from pymc_sgmcmc.metrics.euclidean import metric_from_inverse
-
-NOISE_PROBES_AT_START = 8
-"""Gradient-noise measurements at a chain's start and after each change of the metric."""
 
 NOISE_LIMITED_SLOWDOWN = 10.0
 """A noise-capped step this many times below the kernel's default warns before sampling."""
-
-NOISE_PROBE_EVERY = {True: 5, False: 20}
-"""Iterations between gradient-noise measurements, during tuning and after it."""
-
-
-@dataclass_state
-class NoiseMonitorState(DataClassState):
-    """A chain's gradient-noise measurements so far."""
-
-    total: Any
-    probes: int
-
-
-class NoiseMonitor(WithSamplingState):
-    """The gradient noise one chain has measured: the mean whitened variance.
-
-    Reset when the metric changes (the variance is in its units) and when tuning ends
-    (measured afresh at the frozen step and metric); PyMC's ``sampling_state`` carries it.
-    """
-
-    _state_class = NoiseMonitorState
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget every measurement."""
-        self.total = np.zeros(self.dim)
-        self.probes = 0
-
-    def due(self, iteration: int, tune: bool) -> bool:
-        """Whether the chain measures before this iteration's trajectory."""
-        return self.probes == 0 or iteration % NOISE_PROBE_EVERY[bool(tune)] == 0
-
-    def add(self, variance: np.ndarray) -> None:
-        """One measurement (a non-finite one, far out in a tail, is left out)."""
-        if np.all(np.isfinite(variance)):
-            self.total = self.total + variance
-            self.probes += 1
-
-    def mean(self) -> np.ndarray | None:
-        """The mean whitened variance per coordinate; None before any measurement."""
-        return self.total / self.probes if self.probes else None
-
-    def ratio(self, step_size: float, damping: float) -> float:
-        """``B̂/C`` at ``step_size`` (:func:`gradient_noise_ratio`); NaN before any measurement."""
-        mean = self.mean()
-        return np.nan if mean is None else gradient_noise_ratio(step_size, mean, damping)
 
 
 def noise_limited_slowdown(

@@ -31,12 +31,12 @@ from rich.table import Column
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass, adaptation_windows
-from pymc_sgmcmc.gradients.estimators import TuningWindows
+from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
+from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, ChainEstimator
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
-from pymc_sgmcmc.sampling import arguments, kernel_parameters, noise, startup
+from pymc_sgmcmc.sampling import arguments, kernel_parameters, startup
 from pymc_sgmcmc.sampling.chain_checks import anchor_distance, chain_check_messages
 from pymc_sgmcmc.sampling.corrections import DivergenceLog, Trajectory, correction_for
 from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
@@ -78,10 +78,8 @@ class StochasticGradientState(StepMethodState):
     position_gradient: Any
     step_size_adapter: Any
     mass_adapter: Any
-    anchor: Any
-    anchor_windows: Any
+    chain_estimator: Any
     groups: Any
-    noise: Any
     draw_stats: dict
 
 
@@ -316,6 +314,11 @@ class StochasticGradientStep(ArrayStepShared):
         return {k: v for k, v in self.params._asdict().items() if k != "step_size"}
 
     @property
+    def anchor(self):
+        """The current chain's control-variate anchor (``None`` without one)."""
+        return self.chain_estimator.anchor
+
+    @property
     def n_rows(self) -> list[int]:
         """Rows of the data behind each ``pm.Minibatch`` call (re-read when a chain starts)."""
         return list(self._n_rows)
@@ -477,13 +480,12 @@ class StochasticGradientStep(ArrayStepShared):
         self.kernel_state = None  # set from the first position the chain sees
         self.refresh_pending = False
         self.position_gradient = None
-        self.anchor = self.estimator.initial_anchor
-        self.anchor_windows = None
+        self.chain_estimator = ChainEstimator(
+            self.estimator, self.dim, self._tune_iterations,
+            measures_noise=self.kernel.measures_noise and bool(self._flat.groups),
+        )  # fmt: skip
         if self.groups is not None:
             self.groups.reset_chain()
-        if self.estimator.follows_tuning:
-            self.anchor_windows = TuningWindows(adaptation_windows(self._tune_iterations))
-        self.noise = noise.NoiseMonitor(self.dim)
         noise_checks = ("gradient_noise", "anchor_distance") if self.kernel.measures_noise else ()
         checked = (*self.kernel.checked_stats, *noise_checks)
         self.draw_stats = {name: [] for name in checked}
@@ -518,7 +520,7 @@ class StochasticGradientStep(ArrayStepShared):
             adapter.finalize()
         self._read_parameters()
         self.divergence_log.consecutive = 0
-        self.noise.reset()  # measured afresh at the frozen step and metric
+        self.chain_estimator.noise.reset()  # measured afresh at the frozen step and metric
 
     @staticmethod
     def competence(var, has_grad):
@@ -556,13 +558,14 @@ class StochasticGradientStep(ArrayStepShared):
             self.refresh_pending = False
         groups = self.groups
         per_step = None if groups is None else groups.groups_per_step
-        if self.anchor is not self._inputs_anchor or per_step != self._inputs_groups:
+        anchor = self.chain_estimator.anchor
+        if anchor is not self._inputs_anchor or per_step != self._inputs_groups:
             # Parameters, anchor and K change rarely: their slots are filled once each.
-            constants = self._param_inputs | self.estimator.inputs(self.anchor)
+            constants = self._param_inputs | self.chain_estimator.inputs()
             if groups is not None:
                 constants |= groups.inputs(self._dtype)
             self._call_arguments.set_constants(constants)
-            self._inputs_anchor, self._inputs_groups = self.anchor, per_step
+            self._inputs_anchor, self._inputs_groups = anchor, per_step
         return self._call_arguments.draw(
             position, self.kernel_state[1:], step_size,
             refresh=self.refresh_every_trajectory or self.refresh_pending,
@@ -587,9 +590,9 @@ class StochasticGradientStep(ArrayStepShared):
                 dtype=self._dtype,
             )  # fmt: skip
             q0 = RaveledVars(start, q0.point_map_info)
-        self.anchor = self.estimator.next_anchor(self.anchor, q0.data, self.iteration)
-        if self._noise_probe_due():
-            probes = noise.NOISE_PROBES_AT_START if self.iteration == 0 else 1
+        self.chain_estimator.before_trajectory(q0.data, self.iteration)
+        if self.chain_estimator.probe_due(self.iteration, self.tune):
+            probes = NOISE_PROBES_AT_START if self.iteration == 0 else 1
             self._measure_gradient_noise(q0.data, probes)
         step_size = self.step_size_adapter.current(self.iteration, self.rng)
         outputs = fn(*self._trajectory_arguments(q0.data, step_size))
@@ -624,14 +627,17 @@ class StochasticGradientStep(ArrayStepShared):
         if kernel.stats_dtypes:
             stats.update(kernel.stats(kept.state, self._params_at(step_size)))
         if kernel.measures_noise:
-            ratio = self.noise.ratio(step_size, self._noise_damping)
+            ratio = self.chain_estimator.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
-            anchor = None if self.anchor is None else self.anchor.position
+            anchor = self.chain_estimator.anchor
+            anchor = None if anchor is None else anchor.position
             stats["anchor_distance"] = anchor_distance(
                 kept.state.position, anchor, self._posterior_sd
             )
-        if self.tune and self.anchor_windows is not None:
-            self._follow_with_anchor(None if kept.diverging else kept.state.position)
+        if self.tune and self.chain_estimator.windows is not None:
+            self.chain_estimator.follow_tuning(
+                None if kept.diverging else kept.state.position, self.iteration - 1, self._dtype
+            )
         if self._learning_adapters:
             self._adapt(kept.state, kept.gradient, kept.diverging, kept.accept)
         mass = self.mass_adapter
@@ -642,11 +648,6 @@ class StochasticGradientStep(ArrayStepShared):
 
     # -- gradient noise --------------------------------------------------------------
 
-    def _noise_probe_due(self) -> bool:
-        if not (self.kernel.measures_noise and self._flat.groups):
-            return False
-        return self.noise.due(self.iteration, self.tune)
-
     def gradient_noise_variance(
         self, position: np.ndarray, *, rng: np.random.Generator | None = None, metric=None
     ) -> np.ndarray:
@@ -656,9 +657,8 @@ class StochasticGradientStep(ArrayStepShared):
         unless ``metric`` is given, on rows from ``rng`` (the chain's generator by
         default).
         """
-        return self.estimator.noise_variance(
+        return self.chain_estimator.noise_variance(
             position,
-            self.anchor,
             self.rng if rng is None else rng,
             self._n_rows,
             self.params.metric if metric is None else metric,
@@ -666,26 +666,27 @@ class StochasticGradientStep(ArrayStepShared):
 
     def _inflate_noisy_coordinates(self) -> None:
         """Slow the grouped step's noisy globals (:meth:`WholeGroups.inflate`)."""
-        if self.groups.inflate(self.noise):
+        if self.groups.inflate(self.chain_estimator.noise):
             self._read_parameters()
             self.refresh_pending = self.kernel.refresh is not None
 
     def _add_noise_probes(self, position: np.ndarray, probes: int) -> None:
         for _ in range(probes):
-            self.noise.add(self.gradient_noise_variance(position))
+            self.chain_estimator.noise.add(self.gradient_noise_variance(position))
 
     def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
+        monitor = self.chain_estimator.noise
         self._add_noise_probes(position, probes)
-        if self.groups is not None and self.tune and probes == noise.NOISE_PROBES_AT_START:
+        if self.groups is not None and self.tune and probes == NOISE_PROBES_AT_START:
             self._inflate_noisy_coordinates()
             widened = self.groups.widen(
-                self.noise.mean(), self._noise_damping, self.step_size_adapter, self.n_steps
+                monitor.mean(), self._noise_damping, self.step_size_adapter, self.n_steps
             )
             if widened:
-                self.noise.reset()  # measured afresh on the larger minibatches
+                monitor.reset()  # measured afresh on the larger minibatches
                 self._add_noise_probes(position, probes)
                 self._inflate_noisy_coordinates()
-        mean = self.noise.mean()
+        mean = monitor.mean()
         if self.tune and self.step_size_adapter.learns and mean is not None:
             self.step_size_adapter.set_noise_variance(mean)
             if self._estimated_noise is not None:
@@ -700,16 +701,6 @@ class StochasticGradientStep(ArrayStepShared):
         if self.iteration == self._tune_iterations + self._draw_iterations:
             for message in chain_check_messages(type(self).__name__, self.draw_stats):
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-    def _follow_with_anchor(self, position: np.ndarray | None) -> None:
-        """At the end of a tuning window, move the anchor to the window's mean."""
-        mean = self.anchor_windows.observe(position, self.iteration - 1)
-        if mean is None:
-            return
-        anchor = self.estimator.anchor_if_finite(mean.astype(self._dtype))
-        if anchor is not None:  # else the old anchor stays: it was finite
-            self.anchor = anchor
-            self.noise.reset()  # the estimate's noise depends on the anchor
 
     def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
         """Hand the finished iteration to the adapters that learn; re-read what changed."""
@@ -738,9 +729,9 @@ class StochasticGradientStep(ArrayStepShared):
             self.refresh_pending = self.kernel.refresh is not None
             # The step size was learned in the old metric's units.
             self.step_size_adapter.restart()
-            self.noise.reset()
-            if self._noise_probe_due():
-                self._measure_gradient_noise(state.position, noise.NOISE_PROBES_AT_START)
+            self.chain_estimator.noise.reset()
+            if self.chain_estimator.probe_due(self.iteration, self.tune):
+                self._measure_gradient_noise(state.position, NOISE_PROBES_AT_START)
 
     # -- progress bar ----------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import numpy as np
 from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 
 from pymc_sgmcmc.adaptation.step_size import noise_limited_step_size
-from pymc_sgmcmc.gradients.estimators import Grouping
+from pymc_sgmcmc.gradients.estimators import Grouping, NoiseMonitor
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
 from pymc_sgmcmc.sampling.groups import GroupLogDensities, LocationScaleHierarchy
 from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scales
@@ -32,7 +32,6 @@ from pymc_sgmcmc.sampling.local_updates import (
     averaged_curvature,
     local_step_size_adapter,
 )
-from pymc_sgmcmc.sampling.noise import NoiseMonitor
 
 
 @dataclass_state
