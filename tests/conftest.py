@@ -7,8 +7,7 @@ so step methods live in module-scoped fixtures and the models are tiny.
 import numpy as np
 import pymc as pm
 import pytest
-from helpers import BATCH_SIZE, N_ROWS, PRIOR_SD
-from pytensor.graph.basic import FrozenApply
+from helpers import BATCH_SIZE, N_ROWS, PRIOR_SD, build_graphs_afresh
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +36,5 @@ def gaussian_model():
 
 @pytest.fixture(scope="module", autouse=True)
 def _graphs_built_as_in_a_fresh_process():
-    """Each test file builds its graphs as a fresh process would.
-
-    PyTensor interns the nodes of frozen inner graphs (``FrozenApply``) in a global weak
-    table, and its rewriters hold every op they have rewritten (an unbounded
-    ``functools.cache`` in ``OpToRewriterTracker``), so the table keeps the scans of every
-    trajectory a process has compiled; how long a later rewrite takes then depends on
-    what was compiled before it. Measured on a 2-D funnel: SGR-NPHMC's trajectory
-    rewrites in ~50 s in a fresh process and in ~105 s after an RHMC trajectory, whose
-    scans share nodes with it (its inner graphs come out 1.3-2.7x larger); emptying the
-    table first restores ~55 s. A second SGR-NPHMC trajectory of the same structure
-    rewrites faster after the first (20 s against ~100 s), so the table is emptied per
-    file, not per test, and a file orders its samplers accordingly.
-    """
-    FrozenApply._cache.clear()
+    """Each test file builds its graphs as a fresh process would (``build_graphs_afresh``)."""
+    build_graphs_afresh()

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pymc as pm
+from pytensor.graph.basic import FrozenApply
 
 N_ROWS = 200
 BATCH_SIZE = 10
@@ -34,6 +35,24 @@ def draws_of(idata, name):
 def stat(idata, name, group="sample_stats"):
     """A sampler statistic as an array ``(chain, draw)``."""
     return idata[group][name].values
+
+
+def build_graphs_afresh():
+    """Empty PyTensor's table of interned inner-graph nodes, as in a fresh process.
+
+    PyTensor interns the nodes of frozen inner graphs (``FrozenApply``) in a global weak
+    table, and its rewriters hold every op they have rewritten (an unbounded
+    ``functools.cache`` in ``OpToRewriterTracker``), so the table keeps the scans of every
+    trajectory the process has compiled, and how long a later rewrite takes depends on
+    them. Measured on a 2-D funnel: SGR-NPHMC's trajectory rewrites in ~50 s in a fresh
+    process and in ~105 s after an RHMC trajectory (its inner graphs come out 1.3-2.7x
+    larger), RHMC's in ~50 s fresh and ~145 s after SGR-NPHMC's; emptying the table first
+    restores the fresh times. A trajectory of the same structure as one compiled before
+    rewrites faster (20 s against ~100 s), so tests that share a structure do not call this
+    between them. A user's script builds one or two samplers; the suite builds hundreds in
+    two processes.
+    """
+    FrozenApply._cache.clear()
 
 
 def compiled(step):

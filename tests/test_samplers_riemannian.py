@@ -17,7 +17,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from helpers import compiled, draws_of, sample, stat
+from helpers import build_graphs_afresh, compiled, draws_of, sample, stat
 from test_samplers_statistical import (
     CHAINS,
     CORR_COV,
@@ -316,13 +316,14 @@ def test_the_check_rejects_sgrnphmc_at_the_wrong_temperature(gaussians_model):
         sgrnphmc_gaussians(gaussians_model, temperature=2.0)
 
 
-# RHMC's tests come after SGR-NPHMC's: in a process that has compiled an RHMC trajectory,
-# SGR-NPHMC's rewrites in about twice the time (see conftest.py).
+# RHMC's trajectories share inner-graph nodes with SGR-NPHMC's and rewrite 2-3x slower
+# after them in one process: each RHMC test builds its graphs afresh (helpers.py).
 
 
 @pytest.fixture(scope="module")
 def rhmc_gaussian(gaussian_model):
     model, _ = gaussian_model
+    build_graphs_afresh()
     with model:
         step = compiled(pmsg.RHMC(step_size=0.5, n_steps=4))
     return run(step, model)
@@ -346,6 +347,7 @@ def test_rhmc_matches_a_correlated_gaussian(rhmc_gaussian):
 
 @pytest.mark.statistical
 def test_rhmc_matches_nuts_on_a_funnel(funnel_model, funnel_reference):
+    build_graphs_afresh()
     with funnel_model:
         step = pmsg.RHMC(step_size=0.4, n_steps=5)
     check_funnel(run(step, funnel_model, draws=2000, seed=2), funnel_reference)
