@@ -417,7 +417,10 @@ class ChainEstimator(WithSamplingState):
 
         ``position`` is the draw of ``iteration`` (``None``: a divergent one). Where the
         full-data pass at the mean is not finite, the old anchor stays: it was finite.
+        Nothing moves an anchor that does not follow tuning (no windows).
         """
+        if self.windows is None:
+            return
         mean = self.windows.observe(position, iteration)
         if mean is None:
             return

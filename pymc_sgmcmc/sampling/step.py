@@ -629,12 +629,12 @@ class StochasticGradientStep(ArrayStepShared):
         if kernel.measures_noise:
             ratio = self.chain_estimator.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
-            anchor = self.chain_estimator.anchor
-            anchor = None if anchor is None else anchor.position
+            anchor = self.anchor
             stats["anchor_distance"] = anchor_distance(
-                kept.state.position, anchor, self._posterior_sd
-            )
-        if self.tune and self.chain_estimator.windows is not None:
+                kept.state.position, None if anchor is None else anchor.position,
+                self._posterior_sd,
+            )  # fmt: skip
+        if self.tune:
             self.chain_estimator.follow_tuning(
                 None if kept.diverging else kept.state.position, self.iteration - 1, self._dtype
             )
