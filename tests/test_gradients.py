@@ -20,7 +20,7 @@ from scipy.special import expit
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.estimators import ChainEstimator, ControlVariates, TuningWindows
-from pymc_sgmcmc.gradients.full_data import Anchor, FullDataPass
+from pymc_sgmcmc.gradients.full_data import Anchor, FullDataPass, SubsampleGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient
 from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
 
@@ -150,6 +150,30 @@ def test_full_pass_over_chunks_equals_one_pass(logistic):
     np.testing.assert_allclose(logp_w, exact, rtol=1e-10)
     np.testing.assert_allclose(grad_c, X.T @ (y - p) - theta / 100.0, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(grad_c, grad_w, rtol=1e-10, atol=1e-9)
+
+
+def test_subsample_gradient_is_the_scaled_gradient_of_the_rows_it_gathers(logistic):
+    X, y, model, mode, _ = logistic
+    vars = model.continuous_value_vars
+    point = model.initial_point()
+    flat = flat_logp(model, vars, point)
+    with model:
+        subsample = SubsampleGradient(row_logp(model, flat, vars, point), flat.groups)
+    index = np.random.default_rng(1).integers(0, len(y), size=500)
+    theta = mode + 0.1
+    logp, grad = subsample(theta, [index])
+    p = expit(X[index] @ theta)
+    scale = len(y) / len(index)  # PyMC's total_size scaling of the rows fed
+    exact = scale * np.sum(y[index] * np.log(p) + (1 - y[index]) * np.log1p(-p))
+    exact += np.sum(-0.5 * (theta / 10.0) ** 2 - np.log(10.0 * np.sqrt(2 * np.pi)))
+    np.testing.assert_allclose(logp, exact, rtol=1e-10)
+    exact_grad = scale * X[index].T @ (y[index] - p) - theta / 100.0
+    np.testing.assert_allclose(grad, exact_grad, rtol=1e-9, atol=1e-9)
+    # Rows gathered once give the same numbers at every call.
+    gathered = subsample.gather([index])
+    for _ in range(2):
+        again = subsample.on_rows(theta, gathered)
+        assert again[0] == logp and np.array_equal(again[1], grad)
 
 
 def test_find_mode_reaches_the_full_data_mode(logistic):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Constant, Variable
@@ -54,6 +55,15 @@ class MinibatchGroup:
         if isinstance(first, TensorSharedVariable):
             return int(first.get_value(borrow=True).shape[0])
         return int(first.shape[0].eval())
+
+
+def data_value(var: Variable) -> np.ndarray:
+    """The current value of a data array in the graph (constant, shared or computed)."""
+    if isinstance(var, Constant):
+        return np.asarray(var.data)
+    if isinstance(var, TensorSharedVariable):
+        return var.get_value(borrow=True)
+    return np.asarray(var.eval())
 
 
 _SHARED_DATA: weakref.WeakKeyDictionary[Constant, Variable] = weakref.WeakKeyDictionary()

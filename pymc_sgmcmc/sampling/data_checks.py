@@ -15,11 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 from pymc.data import MinibatchOp
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import ancestors
-from pytensor.tensor.sharedvar import TensorSharedVariable
 
-from pymc_sgmcmc.gradients.graphs import MinibatchGroup
+from pymc_sgmcmc.gradients.graphs import MinibatchGroup, data_value
 
 ROWS_PER_CHUNK = 65_536
 """Rows checked at a time: the check of a large array allocates one chunk's mask."""
@@ -35,15 +34,6 @@ class ObservedMinibatch:
     groups: list[MinibatchGroup]
     total_size: int | None
     """``total_size`` along the first axis; ``None`` where none was given."""
-
-
-def data_value(var: Variable) -> np.ndarray:
-    """The current value of a data array in the graph (constant, shared or computed)."""
-    if isinstance(var, Constant):
-        return np.asarray(var.data)
-    if isinstance(var, TensorSharedVariable):
-        return var.get_value(borrow=True)
-    return np.asarray(var.eval())
 
 
 def non_finite_rows(array: np.ndarray) -> np.ndarray:

@@ -34,10 +34,9 @@ from pytensor.tensor.subtensor import AdvancedSubtensor, Subtensor
 
 from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.gradients.estimators import Grouping
-from pymc_sgmcmc.gradients.graphs import FlatLogp, RowLogp, as_shared_data
+from pymc_sgmcmc.gradients.graphs import FlatLogp, RowLogp, as_shared_data, data_value
 from pymc_sgmcmc.gradients.grouped import GroupedGradient, GroupLayout
 from pymc_sgmcmc.kernels.base import Kernel
-from pymc_sgmcmc.sampling.data_checks import data_value
 from pymc_sgmcmc.sampling.model_graph import row_logp
 
 

@@ -16,6 +16,7 @@ or its diagonal from random probes on full-data passes otherwise.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +141,18 @@ class ModeFinder:
         """Log density and gradient on ``rows``, counting them."""
         self.rows_touched += sum(len(r) for r in rows)
         return self.subsample(position, rows)
+
+    def on_fixed_rows(self, rows: list[np.ndarray]) -> Callable[[np.ndarray], tuple]:
+        """:meth:`subsample_pass` on the same ``rows`` at every call, gathered once."""
+        subsample = self.subsample
+        gathered = subsample.gather(rows)
+        count = sum(len(r) for r in rows)
+
+        def gradient_pass(position: np.ndarray) -> tuple[float, np.ndarray]:
+            self.rows_touched += count
+            return subsample.on_rows(position, gathered)
+
+        return gradient_pass
 
 
 def find_mode(
@@ -418,9 +431,10 @@ def _dense_hessian(finder, position, rng, sd: np.ndarray | None = None) -> np.nd
     if finder.flat.groups:
         cap = CURVATURE_SUBSAMPLE_ROWS
         rows = [np.arange(n) if n <= cap else rng.integers(0, n, size=cap) for n in finder.n_rows]
+        on_rows = finder.on_fixed_rows(rows)
 
         def gradient(x: np.ndarray) -> np.ndarray:
-            return finder.subsample_pass(x, rows)[1]
+            return on_rows(x)[1]
     else:
 
         def gradient(x: np.ndarray) -> np.ndarray:

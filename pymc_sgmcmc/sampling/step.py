@@ -33,13 +33,13 @@ from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
 from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, ChainEstimator
-from pymc_sgmcmc.gradients.graphs import FlatLogp
+from pymc_sgmcmc.gradients.graphs import FlatLogp, data_value
 from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
 from pymc_sgmcmc.sampling import arguments, kernel_parameters, startup
 from pymc_sgmcmc.sampling.chain_checks import anchor_distance, chain_check_messages
 from pymc_sgmcmc.sampling.corrections import DivergenceLog, Trajectory, correction_for
-from pymc_sgmcmc.sampling.data_checks import check_minibatched_data, data_value
+from pymc_sgmcmc.sampling.data_checks import check_minibatched_data
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
