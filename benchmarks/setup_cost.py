@@ -1,0 +1,101 @@
+"""What a step's set-up costs before its first draw, against the memory bandwidth.
+
+A logistic regression of ``--rows`` × ``--cols`` float64 features (batch 1,000, prior
+``N(0, 10²)``), the problem of ``time_to_accuracy.py``. For each of ``--repeats`` steps
+built afresh in one process (the first pays the compiles unless PyTensor's on-disk cache
+holds them; the later ones show the set-up itself), it prints:
+
+- *set-up s*: building ``pmsg.SGHMC()`` (or ``--sampler``) with default arguments, the
+  mode search and the Laplace curvature included, and *mode s* of it;
+- *compile s*: compiling the trajectory (``step.trajectory_function``);
+- *passes*: the rows the set-up read (``step.rows_touched_by_setup``) in full-data passes;
+- *GB/s*: those rows' bytes over the set-up time, beside NumPy's own speeds on the same
+  array: a reduction (``X.sum()``, the memory bound) and the logistic gradient
+  (``Xᵀ(y − σ(Xw))``, one full-data pass written by hand).
+
+Run it against another revision with that checkout's own environment (an editable install
+takes precedence over ``PYTHONPATH``); the first line says which package ran.
+
+    bash run.sh python benchmarks/setup_cost.py --rows 1000000 --cols 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+
+import pymc_sgmcmc as pmsg
+
+
+def logistic_data(rows: int, cols: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``X ~ N(0, 1)``, ``y ~ Bernoulli(σ(X w))`` with ``w ~ N(0, 0.5²)``."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, cols))
+    y = (rng.random(rows) < 1 / (1 + np.exp(-x @ rng.normal(0.0, 0.5, size=cols)))).astype(float)
+    return x, y
+
+
+def seconds_per_call(function, repeats: int = 5) -> float:
+    """The best of ``repeats`` timed calls, after one untimed call."""
+    function()
+    best = np.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--cols", type=int, default=20)
+    parser.add_argument("--sampler", default="SGHMC")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(f"package: {pmsg.__file__}")
+    x, y = logistic_data(args.rows, args.cols)
+    data_bytes = x.nbytes + y.nbytes
+    w = np.zeros(args.cols)
+
+    def numpy_gradient() -> np.ndarray:
+        return x.T @ (y - 1 / (1 + np.exp(-x @ w)))
+
+    reduction = seconds_per_call(x.sum)
+    gradient = seconds_per_call(numpy_gradient)
+    print(
+        f"data {data_bytes / 1e6:,.0f} MB; NumPy: X.sum() {reduction * 1e3:.1f} ms "
+        f"({x.nbytes / reduction / 1e9:.1f} GB/s), logistic gradient {gradient * 1e3:.1f} ms "
+        f"({data_bytes / gradient / 1e9:.1f} GB/s)"
+    )
+    print(
+        "| step | set-up s | mode s | compile s | passes | GB/s | set-up / NumPy gradient |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    with pm.Model():
+        x_batch, y_batch = pm.Minibatch(x, y, batch_size=1000)
+        weights = pm.Normal("w", 0.0, 10.0, shape=args.cols)
+        pm.Bernoulli("y", logit_p=x_batch @ weights, observed=y_batch, total_size=args.rows)
+        for k in range(args.repeats):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                started = time.perf_counter()
+                step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
+                setup = time.perf_counter() - started
+                started = time.perf_counter()
+                step.trajectory_function  # noqa: B018 - compiled here
+                compile_s = time.perf_counter() - started
+            passes = step.rows_touched_by_setup / args.rows
+            rate = passes * data_bytes / setup / 1e9
+            print(
+                f"| {k + 1} | {setup:.2f} | {step.mode_seconds or 0:.2f} | {compile_s:.2f} | "
+                f"{passes:.1f} | {rate:.2f} | {setup / gradient:.0f}× |"
+            )
+
+
+if __name__ == "__main__":
+    main()
