@@ -4,6 +4,8 @@
 >>> # pm.sample(step=pmsg.SGHMC())  # control variates at the mode, automatic step size
 """
 
+import logging
+
 from pymc_sgmcmc.adaptation.sample_size import SampleSizeRule
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
@@ -14,6 +16,13 @@ from pymc_sgmcmc.sampling.mode import ModeResult, find_mode
 from pymc_sgmcmc.sampling.samplers import *  # noqa: F403 (every registered sampler)
 
 __version__ = "0.1.0"
+
+# As PyMC does for its own messages: shown at INFO unless the application set up logging.
+_log = logging.getLogger(__name__)
+if not logging.root.handlers:
+    _log.setLevel(logging.INFO)
+    if not _log.handlers:
+        _log.addHandler(logging.StreamHandler())
 
 __all__ = [
     *_samplers.__all__,

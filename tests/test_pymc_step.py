@@ -6,6 +6,7 @@ must do is checked for all of them in ``test_conformance.py``; this file checks 
 behaviour in depth on SGLD, SGHMC and SGNHT.
 """
 
+import logging
 import math
 import warnings
 
@@ -789,3 +790,15 @@ def test_an_interrupted_run_hands_back_the_draws_so_far(gaussian_model):
     assert np.all(np.isfinite(theta)) and len(np.unique(theta[0, :, 0])) == 20
     assert stat(idata, "diverging").shape == (1, 20)
     assert az.summary(idata).shape[0] == 2
+
+
+def test_the_set_up_is_timed_and_logged_with_the_rows_it_read(minibatch_model, caplog):
+    with minibatch_model, caplog.at_level(logging.INFO, logger="pymc_sgmcmc"):
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    assert step.mode_seconds > 0 and step.setup_seconds >= step.mode_seconds
+    passes = step.rows_touched_by_setup / N_ROWS
+    [record] = [r for r in caplog.records if r.name == "pymc_sgmcmc"]
+    assert record.getMessage() == (
+        f"SGHMC: set-up took {step.setup_seconds:.1f} s (mode search "
+        f"{step.mode_seconds:.1f} s; rows read: {passes:.1f}× the data)"
+    )

@@ -14,6 +14,8 @@ that names its kernel and passes its parameters; it overrides nothing.
 
 from __future__ import annotations
 
+import logging
+import time
 import warnings
 from typing import Any, ClassVar
 
@@ -64,6 +66,9 @@ GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "divergences": (np.int64, []),
 }
 """Statistics of every sampler."""
+
+
+_log = logging.getLogger("pymc_sgmcmc")
 
 
 @dataclass_state
@@ -181,6 +186,7 @@ class StochasticGradientStep(ArrayStepShared):
         initial_point: dict[str, np.ndarray] | None = None,
         compile_kwargs: dict | None = None,
     ) -> None:
+        started = time.perf_counter()
         model, kernel, name = modelcontext(model), self.kernel, type(self).__name__
         vars = get_value_vars_from_user_vars(
             model.continuous_value_vars if vars is None else vars, model
@@ -259,6 +265,19 @@ class StochasticGradientStep(ArrayStepShared):
             position = self._flat.position
             target = exact_target(logp, position)
             kernel.validate(self.params, target, position, point.astype(self._dtype), name)
+        self.setup_seconds = time.perf_counter() - started
+        _log.info(self._setup_summary())
+
+    def _setup_summary(self) -> str:
+        """One line on what the set-up cost: its time, the mode search's, the rows read."""
+        parts = []
+        if self.mode_seconds is not None:
+            parts.append(f"mode search {self.mode_seconds:.1f} s")
+        rows = sum(self._n_rows)
+        if rows and self.rows_touched_by_setup:
+            parts.append(f"rows read: {self.rows_touched_by_setup / rows:.1f}× the data")
+        detail = f" ({'; '.join(parts)})" if parts else ""
+        return f"{type(self).__name__}: set-up took {self.setup_seconds:.1f} s{detail}"
 
     def _start_up(
         self, step_size: Any, anchor: Any, anchor_every: int, mode_kwargs: dict, jitter: float
