@@ -293,10 +293,7 @@ def search_mode(
             )
         if kind is not None:
             progress.add_task(f"Mode: {kind} curvature", total=None)
-            if kind == "dense" and _within(position, hessian_at, newton_hessian):
-                covariance = _laplace_covariance(newton_hessian)
-            else:
-                covariance = _laplace(finder, position, kind, rng, newton_hessian)
+            covariance = _laplace(finder, position, kind, rng, newton_hessian, hessian_at)
     mode = ModeResult(_unflatten(finder, position, point))
     mode.position = position
     mode.logp = logp
@@ -420,7 +417,9 @@ REUSED_HESSIAN_MAX_SDS = 0.01
 """Newton's last Hessian is the Laplace curvature when taken this close to the mode (sds)."""
 
 
-def _within(position: np.ndarray, hessian_at: np.ndarray | None, hessian: np.ndarray | None):
+def _within(
+    position: np.ndarray, hessian_at: np.ndarray | None, hessian: np.ndarray | None
+) -> bool:
     """Whether ``hessian``, differenced at ``hessian_at``, stands for the one at ``position``.
 
     Newton's steps from L-BFGS's point are usually tiny (measured: 1e-5 sd on a 10⁶-row
@@ -478,8 +477,20 @@ def _dense_hessian(finder, position, rng, sd: np.ndarray | None = None) -> np.nd
     )
 
 
-def _laplace(finder, position, kind, rng, near: np.ndarray | None = None) -> np.ndarray:
-    """The Laplace covariance at ``position``; ``near``: a Hessian close by (its scale)."""
+def _laplace(
+    finder,
+    position,
+    kind,
+    rng,
+    near: np.ndarray | None = None,
+    near_at: np.ndarray | None = None,
+) -> np.ndarray:
+    """The Laplace covariance at ``position``.
+
+    ``near`` is a Hessian close by, differenced at ``near_at``: its scale sets the
+    differences, and a dense one taken within :data:`REUSED_HESSIAN_MAX_SDS` of
+    ``position`` is used as it is.
+    """
     sd = None if near is None else _sd(near)
     if kind == "diagonal":
 
@@ -491,13 +502,10 @@ def _laplace(finder, position, kind, rng, near: np.ndarray | None = None) -> np.
             position,
             sd,
         )
+    elif _within(position, near_at, near):
+        hessian = near
     else:
         hessian = _dense_hessian(finder, position, rng, sd)
-    return _laplace_covariance(hessian)
-
-
-def _laplace_covariance(hessian: np.ndarray) -> np.ndarray:
-    """``(−H)⁻¹``, or an error saying what a Hessian that is not negative definite means."""
     try:
         return laplace_covariance(hessian)
     except np.linalg.LinAlgError:
