@@ -9,6 +9,8 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from helpers import draws_of, sample
+from numba.core import event
+from scipy import stats
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.core import compilation
@@ -70,6 +72,47 @@ def test_a_step_built_again_on_the_same_model_reuses_the_compiled_trajectory():
     with other:
         step = pmsg.SGHMC(**settings)
     assert step.trajectory_function.function is not first
+
+
+class _NumbaCompilations(event.Listener):
+    """Counts Numba's compilations (a function loaded from its disk cache is not one)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_start(self, event) -> None:
+        self.count += 1
+
+    def on_end(self, event) -> None:
+        pass
+
+
+def test_a_model_of_another_size_is_served_by_the_compile_cache():
+    # total_size is an input of the compiled graphs, not a constant: at another number of
+    # rows the code compiled for the first is loaded from PyTensor's disk cache.
+    settings = {"mode_kwargs": {"progressbar": False}}
+    first = minibatch_model(n_rows=100)
+    with first:
+        step = pmsg.SGHMC(**settings)  # compiles the set-up's full-data passes
+    sample(step, first, draws=5, tune=5)  # and the trajectory
+    compilations = _NumbaCompilations()
+    event.register("numba:compile", compilations)
+    try:
+        model = minibatch_model(n_rows=150)
+        with model:
+            step = pmsg.SGHMC(**settings)
+        idata = sample(step, model, draws=5, tune=5)
+    finally:
+        event.unregister("numba:compile", compilations)
+    assert compilations.count == 0
+    assert np.isfinite(draws_of(idata, "mu")).all()
+    # The 150 rows are counted as 150: the mode is the exact posterior mean.
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=150)
+    precision = 1 / 10.0**2 + len(y)
+    np.testing.assert_allclose(step.mode["mu"], y.sum() / precision, rtol=1e-6)
+    expected = stats.norm.logpdf(1.0, 0.0, 10.0) + stats.norm.logpdf(y, 1.0, 1.0).sum()
+    logp, _ = step._mode_finder().full_pass(np.array([1.0]))
+    np.testing.assert_allclose(logp, expected, rtol=1e-8)
 
 
 def test_the_store_is_dropped_with_its_model():
