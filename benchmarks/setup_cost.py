@@ -8,10 +8,17 @@ holds them; the later ones show the set-up itself), it prints:
 - *set-up s*: building ``pmsg.SGHMC()`` (or ``--sampler``) with default arguments, the
   mode search and the Laplace curvature included, and *mode s* of it;
 - *compile s*: compiling the trajectory (``step.trajectory_function``);
+- *first draw s*: ``pm.sample`` of one draw, whose first call of the trajectory pays
+  Numba's compilation unless the on-disk cache holds it;
 - *passes*: the rows the set-up read (``step.rows_touched_by_setup``) in full-data passes;
 - *GB/s*: those rows' bytes over the set-up time, beside NumPy's own speeds on the same
   array: a reduction (``X.sum()``, the memory bound) and the logistic gradient
   (``Xᵀ(y − σ(Xw))``, one full-data pass written by hand).
+
+``--warm-rows N0`` first builds a step and draws once on a model of ``N0`` rows, as a
+user's earlier run on data of another size would have filled the caches; run it with
+empty caches (fresh ``PYTENSOR_FLAGS=base_compiledir=...`` and ``NUMBA_CACHE_DIR=...``) to
+see what a new data size costs.
 
 Run it against another revision with that checkout's own environment (an editable install
 takes precedence over ``PYTHONPATH``); the first line says which package ran.
@@ -50,14 +57,44 @@ def seconds_per_call(function, repeats: int = 5) -> float:
     return best
 
 
+def logistic_model(x: np.ndarray, y: np.ndarray) -> pm.Model:
+    """``w ~ N(0, 10²)``, ``y ~ Bernoulli(σ(X w))``, seen 1,000 rows at a time."""
+    with pm.Model() as model:
+        x_batch, y_batch = pm.Minibatch(x, y, batch_size=1000)
+        weights = pm.Normal("w", 0.0, 10.0, shape=x.shape[1])
+        pm.Bernoulli("y", logit_p=x_batch @ weights, observed=y_batch, total_size=len(y))
+    return model
+
+
+def first_draw_seconds(step, model: pm.Model) -> float:
+    """``pm.sample`` of one draw with ``step`` (its first trajectory call included)."""
+    started = time.perf_counter()
+    with model:
+        pm.sample(
+            draws=1, tune=0, chains=1, step=step, progressbar=False, random_seed=0,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--cols", type=int, default=20)
     parser.add_argument("--sampler", default="SGHMC")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warm-rows", type=int, default=0)
     args = parser.parse_args()
     print(f"package: {pmsg.__file__}")
+    warnings.simplefilter("ignore", RuntimeWarning)
+    if args.warm_rows:
+        started = time.perf_counter()
+        model = logistic_model(*logistic_data(args.warm_rows, args.cols))
+        with model:
+            step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
+        first_draw_seconds(step, model)
+        warm = time.perf_counter() - started
+        print(f"a step and a draw at {args.warm_rows:,} rows: {warm:.1f} s")
     x, y = logistic_data(args.rows, args.cols)
     data_bytes = x.nbytes + y.nbytes
     w = np.zeros(args.cols)
@@ -73,28 +110,25 @@ def main() -> None:
         f"({data_bytes / gradient / 1e9:.1f} GB/s)"
     )
     print(
-        "| step | set-up s | mode s | compile s | passes | GB/s | set-up / NumPy gradient |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|"
+        "| step | set-up s | mode s | compile s | first draw s | passes | GB/s "
+        "| set-up / NumPy gradient |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
-    with pm.Model():
-        x_batch, y_batch = pm.Minibatch(x, y, batch_size=1000)
-        weights = pm.Normal("w", 0.0, 10.0, shape=args.cols)
-        pm.Bernoulli("y", logit_p=x_batch @ weights, observed=y_batch, total_size=args.rows)
-        for k in range(args.repeats):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                started = time.perf_counter()
-                step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
-                setup = time.perf_counter() - started
-                started = time.perf_counter()
-                step.trajectory_function  # noqa: B018 - compiled here
-                compile_s = time.perf_counter() - started
-            passes = step.rows_touched_by_setup / args.rows
-            rate = passes * data_bytes / setup / 1e9
-            print(
-                f"| {k + 1} | {setup:.2f} | {step.mode_seconds or 0:.2f} | {compile_s:.2f} | "
-                f"{passes:.1f} | {rate:.2f} | {setup / gradient:.0f}× |"
-            )
+    model = logistic_model(x, y)
+    for k in range(args.repeats):
+        started = time.perf_counter()
+        with model:
+            step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
+        setup = time.perf_counter() - started
+        started = time.perf_counter()
+        step.trajectory_function  # noqa: B018 - compiled here
+        compile_s = time.perf_counter() - started
+        first_draw = first_draw_seconds(step, model)
+        passes = step.rows_touched_by_setup / args.rows
+        rate = passes * data_bytes / setup / 1e9
+        print(
+            f"| {k + 1} | {setup:.2f} | {step.mode_seconds or 0:.2f} | {compile_s:.2f} | "
+            f"{first_draw:.2f} | {passes:.1f} | {rate:.2f} | {setup / gradient:.0f}× |"
+        )
 
 
 if __name__ == "__main__":
