@@ -168,3 +168,38 @@ def check_minibatched_data(
                 UserWarning,
                 stacklevel=3,
             )
+
+
+class CheckedData:
+    """A step's minibatched data as last checked: :meth:`check` again only once replaced.
+
+    ``pm.set_data`` replaces a shared variable's array with a new object, maybe of a new
+    shape; the identity and shape of every array tell whether the data changed.
+    """
+
+    def __init__(
+        self, model, groups: list[MinibatchGroup], sampler: str, *, allow_missing_total_size: bool
+    ) -> None:
+        self.model, self.groups, self.sampler = model, groups, sampler
+        self.allow_missing_total_size = allow_missing_total_size
+        self.checked: list[tuple[int, tuple[int, ...]]] | None = None
+
+    def _fingerprint(self) -> list[tuple[int, tuple[int, ...]]]:
+        arrays = [data_value(d) for g in self.groups for d in g.data]
+        return [(id(a), a.shape) for a in arrays]
+
+    def check(self, n_rows: list[int]) -> bool:
+        """Check the data (:func:`check_minibatched_data`) if new; return whether it was."""
+        fingerprint = self._fingerprint()
+        if fingerprint == self.checked:
+            return False
+        check_minibatched_data(
+            self.model, self.groups, n_rows, self.sampler,
+            allow_missing_total_size=self.allow_missing_total_size,
+        )  # fmt: skip
+        self.checked = fingerprint
+        return True
+
+    def trust(self) -> None:
+        """Take the current arrays as checked (e.g. arrived checked, as new objects)."""
+        self.checked = self._fingerprint()

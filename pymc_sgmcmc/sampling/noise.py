@@ -3,13 +3,15 @@
 The estimator measures its own noise (its ``noise_variance``) and a chain keeps its
 measurements (:class:`~pymc_sgmcmc.gradients.estimators.ChainEstimator`); here is what a
 plain minibatch's noise at the mode says about the step a sampler can take
-(:func:`plain_minibatch_warning`).
+(:func:`plain_minibatch_warning`), and how a chain's measurements during tuning reach
+the step size and the groups (:func:`measure_gradient_noise`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,7 +21,7 @@ from pymc_sgmcmc.adaptation.step_size import (
     acceptance_limited_step_size,
     noise_limited_step_size,
 )
-from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START
+from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, NoiseMonitor
 from pymc_sgmcmc.metrics.euclidean import metric_from_inverse
 
 NOISE_LIMITED_SLOWDOWN = 10.0
@@ -138,3 +140,44 @@ def check_plain_minibatch_noise(
         )  # fmt: skip
         warnings.warn(message, RuntimeWarning, stacklevel=6)
     return float(max(slowdown, 1.0))
+
+
+def measure_gradient_noise(
+    monitor: NoiseMonitor,
+    measure: Callable[[], np.ndarray],
+    probes: int,
+    *,
+    tuning: bool,
+    step_size_adapter: Any,
+    damping: float,
+    n_steps: int,
+    groups: Any = None,
+    inflated: Callable[[], None] = lambda: None,
+) -> bool:
+    """Add ``probes`` measurements to ``monitor`` and hand their mean to the step size.
+
+    ``measure()`` gives one whitened noise variance in the step's current metric. With
+    whole groups (:class:`~pymc_sgmcmc.sampling.whole_groups.WholeGroups`), at the start
+    of tuning (``probes`` is ``NOISE_PROBES_AT_START``), the noisiest coordinates get a
+    larger mass (``groups.inflate``; ``inflated()`` lets the step re-read its parameters,
+    whose metric the next measurement uses), and where the noise still caps the step more
+    groups are drawn per step (``groups.widen``) and the noise is measured afresh.
+    Returns whether the step-size adapter received a new noise estimate (a parameter
+    estimated from it, such as SGHMC's ``noise_estimate``, is then read again).
+    """
+    for _ in range(probes):
+        monitor.add(measure())
+    if groups is not None and tuning and probes == NOISE_PROBES_AT_START:
+        if groups.inflate(monitor):
+            inflated()
+        if groups.widen(monitor.mean(), damping, step_size_adapter, n_steps):
+            monitor.reset()  # measured afresh on the larger minibatches
+            for _ in range(probes):
+                monitor.add(measure())
+            if groups.inflate(monitor):
+                inflated()
+    mean = monitor.mean()
+    if not (tuning and step_size_adapter.learns and mean is not None):
+        return False
+    step_size_adapter.set_noise_variance(mean)
+    return True

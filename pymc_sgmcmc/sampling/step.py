@@ -28,23 +28,23 @@ from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
-from rich.progress import TextColumn
-from rich.table import Column
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
 from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, ChainEstimator
-from pymc_sgmcmc.gradients.graphs import FlatLogp, data_value
+from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
 from pymc_sgmcmc.sampling import arguments, kernel_parameters, startup
 from pymc_sgmcmc.sampling.chain_checks import anchor_distance, chain_check_messages
 from pymc_sgmcmc.sampling.corrections import DivergenceLog, Trajectory, correction_for
-from pymc_sgmcmc.sampling.data_checks import check_minibatched_data
+from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
+from pymc_sgmcmc.sampling.noise import measure_gradient_noise
+from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.trajectory import (
     ROWS,
@@ -88,7 +88,7 @@ class StochasticGradientState(StepMethodState):
     draw_stats: dict
 
 
-class StochasticGradientStep(ArrayStepShared):
+class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     """A PyMC step method that runs a kernel: one compiled call per draw.
 
     Subclasses set :attr:`kernel` (and :attr:`mass_adapter_class` when they learn the
@@ -225,8 +225,10 @@ class StochasticGradientStep(ArrayStepShared):
         self._call_arguments: TrajectoryArguments | None = None
         self._params_at_key: tuple | None = None
         self._n_rows = [g.n_rows() for g in self._flat.groups]
-        self._checked_data = None
-        self._check_data()
+        self._data = CheckedData(
+            model, self._flat.groups, name, allow_missing_total_size=self.allow_missing_total_size
+        )
+        self._data.check(self._n_rows)
         self.correction = correction_for(kernel)
         self.gradient = startup.choose_gradient(
             name,
@@ -458,29 +460,9 @@ class StochasticGradientStep(ArrayStepShared):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        # The data arrived checked; in this process they are new objects.
-        self._checked_data = self._data_fingerprint()
+        self._data.trust()  # the data arrived checked; in this process, new objects
 
     # -- chain life cycle ------------------------------------------------------------
-
-    def _check_data(self) -> None:
-        """Check the minibatched data before sampling, again only when it has changed."""
-        fingerprint = self._data_fingerprint()
-        if fingerprint == self._checked_data:
-            return
-        check_minibatched_data(
-            self._model,
-            self._flat.groups,
-            self._n_rows,
-            type(self).__name__,
-            allow_missing_total_size=self.allow_missing_total_size,
-        )
-        self._checked_data = fingerprint
-
-    def _data_fingerprint(self) -> list[tuple[int, tuple[int, ...]]]:
-        # pm.set_data replaces a shared variable's array: a new object, maybe a new shape.
-        arrays = [data_value(d) for g in self._flat.groups for d in g.data]
-        return [(id(a), a.shape) for a in arrays]
 
     def _chain_context(self) -> ChainContext:
         # Cached: built at every iteration it cost a microsecond. Rebuilt when the
@@ -523,8 +505,7 @@ class StochasticGradientStep(ArrayStepShared):
             reseed_rngs(rngs, self.rng.integers(2**32))
         # Read once per chain: the data may have been replaced with pm.set_data.
         self._n_rows = [g.n_rows() for g in self._flat.groups]
-        if self._data_fingerprint() != self._checked_data:
-            self._check_data()
+        if self._data.check(self._n_rows):
             self._mode_finder().set_n_rows(self._n_rows)
             # Without a new pass there, an anchor's full-data gradient would be stale.
             self.estimator.data_replaced()
@@ -683,33 +664,19 @@ class StochasticGradientStep(ArrayStepShared):
             self.params.metric if metric is None else metric,
         )
 
-    def _inflate_noisy_coordinates(self) -> None:
-        """Slow the grouped step's noisy globals (:meth:`WholeGroups.inflate`)."""
-        if self.groups.inflate(self.chain_estimator.noise):
-            self._read_parameters()
-            self.refresh_pending = self.kernel.refresh is not None
-
-    def _add_noise_probes(self, position: np.ndarray, probes: int) -> None:
-        for _ in range(probes):
-            self.chain_estimator.noise.add(self.gradient_noise_variance(position))
-
     def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
-        monitor = self.chain_estimator.noise
-        self._add_noise_probes(position, probes)
-        if self.groups is not None and self.tune and probes == NOISE_PROBES_AT_START:
-            self._inflate_noisy_coordinates()
-            widened = self.groups.widen(
-                monitor.mean(), self._noise_damping, self.step_size_adapter, self.n_steps
-            )
-            if widened:
-                monitor.reset()  # measured afresh on the larger minibatches
-                self._add_noise_probes(position, probes)
-                self._inflate_noisy_coordinates()
-        mean = monitor.mean()
-        if self.tune and self.step_size_adapter.learns and mean is not None:
-            self.step_size_adapter.set_noise_variance(mean)
-            if self._estimated_noise is not None:
-                self._read_parameters()
+        fed = measure_gradient_noise(
+            self.chain_estimator.noise, lambda: self.gradient_noise_variance(position), probes,
+            tuning=self.tune, step_size_adapter=self.step_size_adapter,
+            damping=self._noise_damping, n_steps=self.n_steps, groups=self.groups,
+            inflated=self._noise_inflated,
+        )  # fmt: skip
+        if fed and self._estimated_noise is not None:
+            self._read_parameters()
+
+    def _noise_inflated(self) -> None:
+        self._read_parameters()
+        self.refresh_pending = self.kernel.refresh is not None
 
     # -- after the trajectory --------------------------------------------------------
 
@@ -751,23 +718,3 @@ class StochasticGradientStep(ArrayStepShared):
             self.chain_estimator.noise.reset()
             if self.chain_estimator.probe_due(self.iteration, self.tune):
                 self._measure_gradient_noise(state.position, NOISE_PROBES_AT_START)
-
-    # -- progress bar ----------------------------------------------------------------
-
-    @staticmethod
-    def _progressbar_config(n_chains=1):
-        columns = [
-            TextColumn("{task.fields[divergences]}", table_column=Column("Divergences", ratio=1)),
-            TextColumn("{task.fields[step_size]:0.2g}", table_column=Column("Step size", ratio=1)),
-        ]
-        stats = {"divergences": [0] * n_chains, "step_size": [0] * n_chains}
-        return columns, stats
-
-    @staticmethod
-    def _make_progressbar_update_functions():
-        def update_stats(stats):
-            return {key: stats[key] for key in ("divergences", "step_size")} | {
-                "failing": stats["divergences"] > 0,
-            }
-
-        return (update_stats,)
