@@ -18,10 +18,13 @@ from pymc.pytensorf import compile as pm_compile
 from scipy.special import expit
 
 import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.core.compilation import compile_graph
+from pymc_sgmcmc.gradients import full_data
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.estimators import ChainEstimator, ControlVariates, TuningWindows
 from pymc_sgmcmc.gradients.full_data import Anchor, FullDataPass, SubsampleGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient
+from pymc_sgmcmc.sampling.mode import ModeFinder
 from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
 
 N_LOGISTIC, D_LOGISTIC, BATCH = 20_000, 5, 100
@@ -174,6 +177,29 @@ def test_subsample_gradient_is_the_scaled_gradient_of_the_rows_it_gathers(logist
     for _ in range(2):
         again = subsample.on_rows(theta, gathered)
         assert again[0] == logp and np.array_equal(again[1], grad)
+
+
+def test_full_passes_and_subsamples_are_one_compiled_function(logistic, monkeypatch):
+    # The set-up compiles the model's density on rows once, not once per kind of pass.
+    X, y, model, mode, _ = logistic
+    compiled = []
+
+    def counted(*args, **kwargs):
+        compiled.append(args)
+        return compile_graph(*args, **kwargs)
+
+    monkeypatch.setattr(full_data, "compile_graph", counted)
+    vars = model.continuous_value_vars
+    finder = ModeFinder(model, vars, flat_logp(model, vars, model.initial_point()), [len(y)])
+    theta = mode + 0.1
+    full = finder.full_pass(theta)
+    every_row = finder.subsample_pass(theta, [np.arange(len(y))])
+    some_rows = finder.subsample_pass(theta, [np.arange(100)])
+    assert len(compiled) == 1
+    # All rows once: PyMC's scaling is 1 and the estimate is the full-data density.
+    np.testing.assert_allclose(every_row[0], full[0], rtol=1e-12)
+    np.testing.assert_allclose(every_row[1], full[1], rtol=1e-10, atol=1e-10)
+    assert not np.isclose(some_rows[0], full[0])
 
 
 def test_find_mode_reaches_the_full_data_mode(logistic):

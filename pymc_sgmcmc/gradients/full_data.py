@@ -1,7 +1,8 @@
 """The log density and its gradient on any rows: streamed full-data passes and subsamples.
 
-Both are compiled from :class:`~pymc_sgmcmc.gradients.graphs.RowLogp`, the model's log
-density with the minibatched arrays as placeholders:
+Both call one compiled function (:class:`WeightedRows`) of
+:class:`~pymc_sgmcmc.gradients.graphs.RowLogp`, the model's log density with the
+minibatched arrays as placeholders, fed the rows themselves:
 
 - :class:`FullDataPass` feeds contiguous row chunks, as *slices* of the data (views, never
   copies), and adds up the chunks' log densities and gradients. The chunk's likelihood is
@@ -23,19 +24,78 @@ from dataclasses import dataclass
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.core.compilation import compile_graph
-from pymc_sgmcmc.gradients.graphs import MinibatchGroup, RowLogp, as_shared_data, data_value
+from pymc_sgmcmc.gradients.graphs import MinibatchGroup, RowLogp, data_value
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
 """Bytes of data one chunk of a full-data pass reads (all arrays of a group together)."""
 
 
-def _shared_arrays(groups: list[MinibatchGroup]) -> list[list[Variable]]:
-    # The arrays as borrowed shared variables: neither baked into the compiled code as
-    # constants nor copied.
-    return [[as_shared_data(a) for a in group.data] for group in groups]
+class WeightedRows:
+    """``log p(θ)`` and its gradient on rows fed as arrays, each part weighted.
+
+    ``prior_weight · prior(θ) + Σ_g w_g · Σ_t term_{g,t}(θ; rows_g)``, where a term that
+    carries PyMC's ``total_size`` scaling is weighted by its group's ``w_g`` and the
+    others count their rows as they are. With every weight 1 it is PyMC's unbiased
+    estimate from the rows fed (:class:`SubsampleGradient`); a chunk of a full-data pass
+    weights its rows by ``rows_in_chunk / total_size`` and the prior by 1 for one chunk
+    only (:class:`FullDataPass`). One compiled function serves both, so a step's set-up
+    compiles the model's log density and gradient on rows once, not twice. (It saves
+    less than half of that compilation: PyTensor caches Numba's code operation by
+    operation, which the second function mostly reused. Measured with empty caches at
+    10⁶ × 20, ``pmsg.SGHMC()``'s set-up: 21.8 s → 20.5 s.)
+
+    Parameters
+    ----------
+    rows : RowLogp
+        The model's log density with its minibatched arrays as placeholders.
+    compile_kwargs : dict, optional
+        Passed to PyMC's ``compile``.
+    """
+
+    def __init__(self, rows: RowLogp, compile_kwargs: dict | None = None) -> None:
+        dtype = rows.prior.dtype
+        placeholders = [p for group in rows.placeholders for p in group]
+        self.dtypes = [p.dtype for p in placeholders]
+        prior_weight = pt.scalar("prior_weight", dtype=dtype)
+        weights = [pt.scalar(f"weight_{k}", dtype=dtype) for k in range(len(rows.terms))]
+        total = rows.prior * prior_weight
+        for terms, flags, weight in zip(rows.terms, rows.scaled, weights, strict=True):
+            for term, scaled in zip(terms, flags, strict=True):
+                total = total + (weight * term if scaled else term)
+        gradient = pt.grad(total, rows.position)
+        self._function = compile_graph(
+            [rows.position, prior_weight, *weights, *placeholders], [total, gradient],
+            compile_kwargs,
+        )  # fmt: skip
+        self.dtype = dtype
+        self._one = np.asarray(1.0, dtype=dtype)
+        self._ones = [self._one] * len(weights)
+
+    def __call__(
+        self,
+        position: np.ndarray,
+        arrays: list[np.ndarray],
+        prior_weight: np.ndarray | None = None,
+        weights: list[np.ndarray] | None = None,
+    ) -> tuple[float, np.ndarray]:
+        """Log density and gradient at ``position`` on ``arrays`` (placeholders' order).
+
+        The weights are 0-d arrays of :attr:`dtype` (the compiled function trusts its
+        inputs); 1 where not given.
+        """
+        logp, gradient = self._function(
+            np.asarray(position, dtype=self.dtype),
+            self._one if prior_weight is None else prior_weight,
+            *(self._ones if weights is None else weights),
+            *arrays,
+        )
+        return float(logp), gradient
+
+    def as_inputs(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """``arrays`` each in its placeholder's dtype (no copy where it already is)."""
+        return [np.asarray(a, dtype=d) for a, d in zip(arrays, self.dtypes, strict=True)]
 
 
 class FullDataPass:
@@ -54,6 +114,8 @@ class FullDataPass:
         proportion). By default about 64 MiB of data per chunk.
     compile_kwargs : dict, optional
         Passed to PyMC's ``compile``.
+    function : WeightedRows, optional
+        The compiled function to call (compiled here from ``rows`` by default).
     """
 
     def __init__(
@@ -63,42 +125,12 @@ class FullDataPass:
         n_rows: list[int],
         chunk_rows: int | None = None,
         compile_kwargs: dict | None = None,
+        function: WeightedRows | None = None,
     ) -> None:
         self.n_rows = list(n_rows)
-        arrays = _shared_arrays(groups)
-        starts = [pt.scalar(f"start_{k}", dtype="int64") for k in range(len(arrays))]
-        stops = [pt.scalar(f"stop_{k}", dtype="int64") for k in range(len(arrays))]
-        weights = [pt.scalar(f"weight_{k}", dtype=rows.prior.dtype) for k in range(len(arrays))]
-        prior_weight = pt.scalar("prior_weight", dtype=rows.prior.dtype)
-        replaced = {
-            a: s[start:stop]
-            for group, shared, start, stop in zip(
-                rows.placeholders, arrays, starts, stops, strict=True
-            )
-            for a, s in zip(group, shared, strict=True)
-        }
-        scaled = [
-            # A term without total_size counts its chunk's rows as they are.
-            [w if flag else pt.constant(1.0, dtype=w.dtype) for flag in flags]
-            for w, flags in zip(weights, rows.scaled, strict=True)
-        ]
-        total = rows.prior * prior_weight
-        for terms, group_weights in zip(rows.terms, scaled, strict=True):
-            for term, weight in zip(terms, group_weights, strict=True):
-                total = total + weight * term
-        logp = graph_replace(total, replaced, strict=False)
-        gradient = pt.grad(logp, rows.position)
-        inputs = [rows.position, prior_weight]
-        for start, stop, weight in zip(starts, stops, weights, strict=True):
-            inputs += [start, stop, weight]
-        self._function = compile_graph(inputs, [logp, gradient], compile_kwargs)
-        bytes_per_row = max(
-            (
-                sum(int(np.prod(_shape(s)[1:])) * np.dtype(s.dtype).itemsize for s in group)
-                for group in arrays
-            ),
-            default=8,
-        )
+        self._data = [list(group.data) for group in groups]
+        self._function = WeightedRows(rows, compile_kwargs) if function is None else function
+        bytes_per_row = max((_row_bytes(group) for group in self._data), default=8)
         largest = max(self.n_rows, default=0)
         if chunk_rows is None:
             chunk_rows = max(1, DEFAULT_CHUNK_BYTES // max(bytes_per_row, 1))
@@ -120,18 +152,19 @@ class FullDataPass:
         ``progress(done, total)`` is called after each chunk, if given.
         """
         position = np.asarray(position, dtype=self.dtype)
+        function = self._function
+        # Read afresh (pm.set_data may have replaced them); a computed array once a pass.
+        data = [function.as_inputs([data_value(a) for a in group]) for group in self._data]
+        one, zero = np.asarray(1.0, dtype=self.dtype), np.asarray(0.0, dtype=self.dtype)
         logp, gradient = 0.0, np.zeros_like(position)
         for k, ranges in enumerate(self.chunks()):
-            # 0-d arrays, not NumPy scalars: the compiled function trusts its inputs.
-            inputs: list = [position, np.asarray(1.0 if k == 0 else 0.0, dtype=self.dtype)]
-            for (start, stop), n in zip(ranges, self.n_rows, strict=True):
-                inputs += [
-                    np.asarray(start, dtype=np.int64),
-                    np.asarray(stop, dtype=np.int64),
-                    np.asarray((stop - start) / n, dtype=self.dtype),
-                ]
-            chunk_logp, chunk_gradient = self._function(*inputs)
-            logp += float(chunk_logp)
+            arrays, weights = [], []
+            for (start, stop), n, group in zip(ranges, self.n_rows, data, strict=True):
+                arrays += [a[start:stop] for a in group]  # views
+                weights.append(np.asarray((stop - start) / n, dtype=self.dtype))
+            prior_weight = one if k == 0 else zero  # the row-free part counted once
+            chunk_logp, chunk_gradient = function(position, arrays, prior_weight, weights)
+            logp += chunk_logp
             gradient += chunk_gradient
             if progress is not None:
                 progress(k + 1, self.n_chunks)
@@ -162,22 +195,19 @@ class SubsampleGradient:
         The ``pm.Minibatch`` calls, whose full data the rows are gathered from.
     compile_kwargs : dict, optional
         Passed to PyMC's ``compile``.
+    function : WeightedRows, optional
+        The compiled function to call (compiled here from ``rows`` by default).
     """
 
     def __init__(
-        self, rows: RowLogp, groups: list[MinibatchGroup], compile_kwargs: dict | None = None
+        self,
+        rows: RowLogp,
+        groups: list[MinibatchGroup],
+        compile_kwargs: dict | None = None,
+        function: WeightedRows | None = None,
     ) -> None:
         self._data = [list(group.data) for group in groups]
-        placeholders = [p for group in rows.placeholders for p in group]
-        self._dtypes = [p.dtype for p in placeholders]
-        total = rows.prior
-        for terms in rows.terms:
-            for term in terms:
-                total = total + term
-        gradient = pt.grad(total, rows.position)
-        self._function = compile_graph(
-            [rows.position, *placeholders], [total, gradient], compile_kwargs
-        )
+        self._function = WeightedRows(rows, compile_kwargs) if function is None else function
         self.dtype = rows.prior.dtype
 
     def gather(self, rows: list[np.ndarray]) -> list[np.ndarray]:
@@ -191,12 +221,11 @@ class SubsampleGradient:
             index = np.asarray(index, dtype=np.int64)
             gathered += [data_value(a)[index] for a in arrays]
         # The function trusts its inputs: each array in the placeholder's own dtype.
-        return [np.asarray(g, dtype=d) for g, d in zip(gathered, self._dtypes, strict=True)]
+        return self._function.as_inputs(gathered)
 
     def on_rows(self, position: np.ndarray, gathered: list[np.ndarray]) -> tuple[float, np.ndarray]:
         """Log density and gradient at ``position`` on rows from :meth:`gather`."""
-        logp, gradient = self._function(np.asarray(position, dtype=self.dtype), *gathered)
-        return float(logp), gradient
+        return self._function(position, gathered)
 
     def __call__(self, position: np.ndarray, rows: list[np.ndarray]) -> tuple[float, np.ndarray]:
         """Log density and gradient at ``position`` on ``rows`` (one index array per group)."""
@@ -223,11 +252,5 @@ class Anchor:
 
 
 def _row_bytes(arrays: list[Variable]) -> int:
-    return sum(int(np.prod(_shape(a)[1:])) * np.dtype(a.dtype).itemsize for a in arrays)
-
-
-def _shape(shared: Variable) -> tuple[int, ...]:
-    value = getattr(shared, "get_value", None)
-    if value is not None:
-        return value(borrow=True).shape
-    return shared.data.shape
+    values = [data_value(a) for a in arrays]
+    return sum(int(np.prod(v.shape[1:])) * v.itemsize for v in values)

@@ -28,7 +28,7 @@ from pymc.util import get_value_vars_from_user_vars
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pymc_sgmcmc.core.validation import check_choice
-from pymc_sgmcmc.gradients.full_data import FullDataPass, SubsampleGradient
+from pymc_sgmcmc.gradients.full_data import FullDataPass, SubsampleGradient, WeightedRows
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
 from pymc_sgmcmc.sampling.optimize import (
@@ -102,6 +102,7 @@ class ModeFinder:
     rows_touched: int = 0
     _full: FullDataPass | None = field(default=None, init=False)
     _subsample: SubsampleGradient | None = field(default=None, init=False)
+    _on_rows: WeightedRows | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._rows = row_logp(self.model, self.flat, self.vars, self.model.initial_point())
@@ -112,24 +113,30 @@ class ModeFinder:
         if self._full is not None:
             self._full.n_rows = list(n_rows)
 
+    def _function(self) -> WeightedRows:
+        """The one compiled function both passes call (compiled on first use)."""
+        if self._on_rows is None:
+            with self.model:
+                self._on_rows = WeightedRows(self._rows, self.compile_kwargs)
+        return self._on_rows
+
     @property
     def full(self) -> FullDataPass:
-        """The full-data pass (compiled on first use)."""
+        """The full-data pass."""
         if self._full is None:
-            with self.model:
-                self._full = FullDataPass(
-                    self._rows, self.flat.groups, self.n_rows, self.chunk_rows, self.compile_kwargs
-                )
+            self._full = FullDataPass(
+                self._rows, self.flat.groups, self.n_rows, self.chunk_rows,
+                function=self._function(),
+            )  # fmt: skip
         return self._full
 
     @property
     def subsample(self) -> SubsampleGradient:
-        """The subsample gradient (compiled on first use)."""
+        """The subsample gradient."""
         if self._subsample is None:
-            with self.model:
-                self._subsample = SubsampleGradient(
-                    self._rows, self.flat.groups, self.compile_kwargs
-                )
+            self._subsample = SubsampleGradient(
+                self._rows, self.flat.groups, function=self._function()
+            )
         return self._subsample
 
     def full_pass(self, position: np.ndarray) -> tuple[float, np.ndarray]:
