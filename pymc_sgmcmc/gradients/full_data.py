@@ -154,7 +154,8 @@ class FullDataPass:
         position = np.asarray(position, dtype=self.dtype)
         function = self._function
         # Read afresh (pm.set_data may have replaced them); a computed array once a pass.
-        data = [function.as_inputs([data_value(a) for a in group]) for group in self._data]
+        values = iter(function.as_inputs([data_value(a) for g in self._data for a in g]))
+        data = [[next(values) for _ in group] for group in self._data]
         one, zero = np.asarray(1.0, dtype=self.dtype), np.asarray(0.0, dtype=self.dtype)
         logp, gradient = 0.0, np.zeros_like(position)
         for k, ranges in enumerate(self.chunks()):
