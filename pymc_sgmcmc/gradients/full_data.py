@@ -209,7 +209,6 @@ class SubsampleGradient:
     ) -> None:
         self._data = [list(group.data) for group in groups]
         self._function = WeightedRows(rows, compile_kwargs) if function is None else function
-        self.dtype = rows.prior.dtype
 
     def gather(self, rows: list[np.ndarray]) -> list[np.ndarray]:
         """The data's ``rows`` (one index array per group), in the compiled inputs' order.
