@@ -10,7 +10,8 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from pymc_sgmcmc.kernels import hmc, sghmc, sgld, sgnht
+import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.kernels import hmc, sghmc, sgld, sgnht, sgnphmc
 from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
 from pymc_sgmcmc.manifolds.sphere import SphereLayout
 from pymc_sgmcmc.metrics import euclidean_metric
@@ -91,13 +92,15 @@ def test_every_kernel_steps_with_numpy_and_keeps_its_state_shapes(name):
     if kernel.prepare is not None:
         state = kernel.prepare(state, target, params)
     noise = rng.standard_normal(2 + kernel.step_noise_extra) if kernel.step_noise else None
-    new = kernel.step(state, target, noise, params)
+    new, info = kernel.step_with_info(state, target, noise, params)
     assert type(new) is kernel.state_type
+    assert set(info) == set(kernel.step_info)
     for old_field, new_field in zip(state, new, strict=True):
         assert np.shape(old_field) == np.shape(new_field)
     assert not np.array_equal(new.position, state.position)
-    stats = kernel.stats(new, params)
+    stats = kernel.stats(new, info, params)
     assert set(stats) == set(kernel.stats_dtypes)
+    assert all(np.ndim(value) == 0 and np.isfinite(value) for value in stats.values())
 
 
 def leapfrog_energy_error(step_size, n_steps):
@@ -155,3 +158,44 @@ def test_sgld_kernel_is_the_langevin_update():
     inverse = params.metric.inverse
     expected = position + 0.01 * inverse * target.grad(position) + np.sqrt(0.02 * inverse) * noise
     np.testing.assert_allclose(new.position, expected)
+
+
+def test_kernel_statistics_are_compiled_from_the_trajectorys_end_and_its_step_info(
+    gaussian_model,
+):
+    """SGNPHMC's statistics, output by the compiled trajectory, against a NumPy replay.
+
+    Its energy drift is the sum of the steps' energy errors (step info reduced by
+    "sum"), its kinetic temperature and ``s`` those of the end state: no state field
+    carries them between trajectories.
+    """
+    assert "energy_drift" not in sgnphmc.SGNPHMCState._fields
+    with gaussian_model:
+        step = pmsg.SGNPHMC(step_size=0.2, n_steps=7, start="initial_point")
+    step.setup_chain(np.random.default_rng(3), tune=0, draws=1)
+    position = np.array([0.4, -1.1])
+    inputs = step.trajectory_inputs(position, 0.2)
+    outputs = step.trajectory_function.named(**inputs)
+
+    params = step.params._replace(step_size=0.2)
+    identity = gaussian_target(np.eye(2))
+    state = sgnphmc.KERNEL.init(position, np.zeros(2), params)
+    state = state._replace(**{n: inputs[f"state.{n}"] for n in sgnphmc.KERNEL.resamples})
+    state = sgnphmc.KERNEL.prepare(state, identity, params)
+    errors = []
+    for noise in inputs["noise"]:
+        state, info = sgnphmc.KERNEL.step_with_info(state, identity, noise, params)
+        errors.append(info["energy_error"])
+    np.testing.assert_allclose(outputs["position"], state.position, rtol=1e-10)
+    assert outputs["stats.energy_drift"] == pytest.approx(sum(errors), rel=1e-8, abs=1e-14)
+    assert abs(outputs["stats.energy_drift"]) > 0  # a discretised step has an error
+    expected = sgnphmc.KERNEL.stats(state, {"energy_error": sum(errors)}, params)
+    for name in ("kinetic_temperature", "control", "control_momentum"):
+        assert outputs[f"stats.{name}"] == pytest.approx(expected[name], rel=1e-10)
+
+
+def test_step_info_reductions_and_refresh_first_are_checked():
+    with pytest.raises(ValueError, match="step_info reductions"):
+        dataclasses.replace(sghmc.KERNEL, step_info={"error": "mean"})
+    with pytest.raises(TypeError, match="refresh_first needs a refresh"):
+        dataclasses.replace(sgld.KERNEL, refresh_first=True)

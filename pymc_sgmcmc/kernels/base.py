@@ -54,6 +54,14 @@ Params = Any
 METRIC_KINDS = ("euclidean", "position_dependent", "none")
 """What a kernel's ``metric`` parameter holds (:attr:`Kernel.metric`)."""
 
+STEP_INFO_REDUCTIONS: dict[str, Callable[[Any], Any]] = {
+    "sum": lambda per_step: per_step.sum(axis=0),
+    "max": lambda per_step: per_step.max(axis=0),
+    "last": lambda per_step: per_step[-1],
+}
+"""How a trajectory reduces a step-info scalar over its steps (:attr:`Kernel.step_info`);
+each takes the steps' values stacked along the first axis."""
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -70,7 +78,8 @@ class Kernel:
     init : callable
         ``(position, normal, params) -> state``, with NumPy: the state of a new chain (or
         of a chain restarted after a divergence) at ``position``; ``normal`` is a standard
-        normal vector like the position, for a fresh momentum.
+        normal vector like the position, for a fresh momentum. A kernel whose momentum law
+        needs the model (``N(0, G(θ))``) sets :attr:`refresh_first` instead.
     step : callable
         ``(state, target, noise, params) -> state``, symbolic: one integrator step;
         ``noise`` is a standard normal vector like the position (``None`` when
@@ -79,7 +88,12 @@ class Kernel:
         ``(state, target, normal, params) -> state``, symbolic: resample the momentum (and
         what goes with it) at the start of a trajectory; ``target`` is there for a metric
         built from the model. The glue applies it when the sampler
-        resamples every trajectory, and after a change of the metric.
+        resamples every trajectory, after a change of the metric, and (with
+        :attr:`refresh_first`) on a new chain's first trajectory.
+    refresh_first : bool
+        Whether a new (or restarted) chain's first trajectory starts with
+        :attr:`refresh`, because :attr:`init` cannot evaluate the model to draw the
+        momentum.
     prepare : callable, optional
         ``(state, target, params) -> state``, symbolic: complete the state at the start
         of every trajectory (e.g. the gradient a leapfrog step carries, a point put back
@@ -89,10 +103,18 @@ class Kernel:
         ``(state, target, params) -> scalar``, symbolic: the Hamiltonian. Its presence
         makes the glue run a Metropolis–Hastings test with the full-data target.
     stats : callable
-        ``(state, params) -> dict`` of per-draw statistics, with NumPy; ``params`` carry
-        the trajectory's step size.
+        ``(state, info, params) -> dict`` of per-draw statistics, symbolic: computed
+        inside the compiled trajectory from the state kept (its end, or the start of a
+        rejected proposal) and the reduced :attr:`step_info`. A chain restarted after a
+        divergence reports NaN for each floating-point statistic.
     stats_dtypes : dict
         ``name -> (dtype, shape)`` of those statistics.
+    step_info : dict
+        ``name -> reduction`` of the scalars :attr:`step` returns beside the state (then
+        it returns ``(state, info)``): what the statistics need from inside the
+        trajectory (an energy error, a fixed-point residual), reduced over its steps by
+        ``"sum"``, ``"max"`` or ``"last"``. They are not state: nothing carries them from
+        one trajectory to the next.
     checked_stats : tuple of str
         Statistics the end-of-chain checks read (:mod:`pymc_sgmcmc.sampling.chain_checks`):
         ``"kinetic_temperature"`` (averages 1 for a correct chain) and ``"thermostat"``
@@ -146,8 +168,10 @@ class Kernel:
     refresh: Callable[..., State] | None = None
     prepare: Callable[..., State] | None = None
     energy: Callable[..., Array] | None = None
-    stats: Callable[..., dict[str, Any]] = lambda state, params: {}
+    stats: Callable[..., dict[str, Any]] = lambda state, info, params: {}
     stats_dtypes: dict[str, tuple[Any, list]] = field(default_factory=dict)
+    step_info: dict[str, str] = field(default_factory=dict)
+    refresh_first: bool = False
     step_noise: bool = True
     step_noise_extra: int = 0
     gradient_at_end: bool = False
@@ -177,6 +201,22 @@ class Kernel:
         unknown = {self.estimated_noise, self.noise_damping} - {None, *fields}
         if unknown:
             raise TypeError(f"{self.name}: no parameter field {sorted(unknown)}.")
+        reductions = set(self.step_info.values()) - set(STEP_INFO_REDUCTIONS)
+        if reductions:
+            raise ValueError(
+                f"{self.name}: step_info reductions must be among "
+                f"{sorted(STEP_INFO_REDUCTIONS)}, not {sorted(reductions)}."
+            )
+        if self.refresh_first and self.refresh is None:
+            raise TypeError(f"{self.name}: refresh_first needs a refresh.")
+
+    def step_with_info(
+        self, state: State, target: Target, noise: Any, params: Params
+    ) -> tuple[State, dict[str, Any]]:
+        """One step as ``(state, info)``, whether or not the kernel has step info."""
+        if self.step_info:
+            return self.step(state, target, noise, params)
+        return self.step(state, target, noise, params), {}
 
     @cached_property
     def constant_metric(self) -> bool:

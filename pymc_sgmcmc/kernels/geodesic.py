@@ -79,9 +79,9 @@ def prepare(state, target: Target, params):
     return state._replace(position=position, velocity=velocity)
 
 
-def kinetic_temperature(velocity: np.ndarray, layout: SphereLayout) -> float:
+def kinetic_temperature(velocity: Array, layout: SphereLayout) -> Array:
     """``vᵀv / m`` with ``m`` the manifold's dimension (1 on average at equilibrium)."""
-    return float(velocity @ velocity) / max(layout.manifold_dim, 1)
+    return (velocity * velocity).sum() / max(layout.manifold_dim, 1)
 
 
 def sggmc_init(position: Array, normal: Array, params: SGGMCParams) -> SGGMCState:
@@ -105,7 +105,7 @@ def sggmc_step(state: SGGMCState, target: Target, noise: Array, params: SGGMCPar
     )
 
 
-def sggmc_stats(state: SGGMCState, params: SGGMCParams) -> dict:
+def sggmc_stats(state: SGGMCState, info: dict, params: SGGMCParams) -> dict:
     """The kinetic temperature of the velocity."""
     return {"kinetic_temperature": kinetic_temperature(state.velocity, params.layout)}
 
@@ -132,11 +132,11 @@ def gsgnht_step(state: GSGNHTState, target: Target, noise: Array, params: GSGNHT
     )
 
 
-def gsgnht_stats(state: GSGNHTState, params: GSGNHTParams) -> dict:
+def gsgnht_stats(state: GSGNHTState, info: dict, params: GSGNHTParams) -> dict:
     """The kinetic temperature of the velocity and the thermostat ``ξ``."""
     return {
         "kinetic_temperature": kinetic_temperature(state.velocity, params.layout),
-        "thermostat": float(state.thermostat),
+        "thermostat": state.thermostat,
     }
 
 

@@ -74,10 +74,10 @@ def energy(state: HMCState, target: Target, params: HMCParams) -> Array:
     return -target.logp(state.position) + kinetic
 
 
-def stats(state: HMCState, params: HMCParams) -> dict:
-    """The kinetic temperature ``pᵀM⁻¹p / D`` of the kept momentum."""
+def stats(state: HMCState, info: dict, params: HMCParams) -> dict:
+    """The kinetic temperature ``pᵀM⁻¹p / D`` of the momentum."""
     temperature = params.metric.kinetic_temperature(state.position, state.momentum)
-    return {"kinetic_temperature": float(temperature)}
+    return {"kinetic_temperature": temperature}
 
 
 KERNEL = Kernel(

@@ -130,11 +130,10 @@ class Geometry:
 
 
 class RHMCState(NamedTuple):
-    """RMHMC's state: ``θ``, ``p`` and the last step's fixed-point residual."""
+    """RMHMC's state: ``θ`` and ``p``."""
 
     position: Array
     momentum: Array
-    residual: Array
 
 
 class RHMCParams(NamedTuple):
@@ -147,7 +146,7 @@ class RHMCParams(NamedTuple):
 
 def rhmc_init(position: Array, normal: Array, params: RHMCParams) -> RHMCState:
     """A chain at ``position``; its momentum is drawn by :func:`rhmc_refresh`."""
-    return RHMCState(position, np.asarray(normal).copy(), np.zeros((), dtype=position.dtype))
+    return RHMCState(position, np.asarray(normal).copy())
 
 
 def rhmc_refresh(state: RHMCState, target: Target, normal: Array, params: RHMCParams) -> RHMCState:
@@ -167,18 +166,19 @@ def rhmc_grad_position(metric: PositionDependentMetric, target: Target) -> Calla
     return at_point(grad_position)
 
 
-def rhmc_step(state: RHMCState, target: Target, noise: Array, params: RHMCParams) -> RHMCState:
-    """One generalized leapfrog step."""
-    return RHMCState(
-        *generalized_leapfrog_step(
-            state.position,
-            state.momentum,
-            rhmc_grad_position(params.metric, target),
-            Geometry(params.metric, target).velocity,
-            params.step_size,
-            params.solver,
-        )
+def rhmc_step(
+    state: RHMCState, target: Target, noise: Array, params: RHMCParams
+) -> tuple[RHMCState, dict]:
+    """One generalized leapfrog step; its info is the fixed-point ``residual``."""
+    position, momentum, residual = generalized_leapfrog_step(
+        state.position,
+        state.momentum,
+        rhmc_grad_position(params.metric, target),
+        Geometry(params.metric, target).velocity,
+        params.step_size,
+        params.solver,
     )
+    return RHMCState(position, momentum), {"residual": residual}
 
 
 def rhmc_energy(state: RHMCState, target: Target, params: RHMCParams) -> Array:
@@ -188,10 +188,10 @@ def rhmc_energy(state: RHMCState, target: Target, params: RHMCParams) -> Array:
     return -target.logp(state.position) + 0.5 * quadratic + 0.5 * log_det
 
 
-def rhmc_stats(state: RHMCState, params: RHMCParams) -> dict:
-    """The last step's fixed-point residual and the iterations per implicit update."""
+def rhmc_stats(state: RHMCState, info: dict, params: RHMCParams) -> dict:
+    """The trajectory's largest fixed-point residual and the iterations per update."""
     return {
-        "fixed_point_residual": float(state.residual),
+        "fixed_point_residual": info["residual"],
         "fixed_point_steps": params.solver.steps,
     }
 
@@ -275,6 +275,7 @@ RHMC = Kernel(
         "fixed_point_residual": (np.float64, []),
         "fixed_point_steps": (np.int64, []),
     },
+    step_info={"residual": "max"},
     step_noise=False,
     default_step_size=0.3,
 )
@@ -287,21 +288,13 @@ class NPState(NamedTuple):
     """SGR-NPHMC's state.
 
     ``θ``, the real momentum ``p̃ = p/s``, the thermostat's control ``s`` and momentum
-    ``q``; the trajectory's energy drift (the sum of the steps' errors in eq. 1), the
-    kinetic temperature after the last step and the largest fixed-point residual of
-    the trajectory (kept for the statistics, which cannot evaluate ``G``); ``fresh``: 1
-    until the first trajectory has drawn ``p̃ ~ N(0, kT G(θ))`` (``momentum`` holds a
-    standard normal draw until then).
+    ``q``.
     """
 
     position: Array
     momentum: Array
     control: Array
     control_momentum: Array
-    energy_drift: Array
-    temperature: Array
-    residual: Array
-    fresh: Array
 
 
 class NPParams(NamedTuple):
@@ -436,45 +429,37 @@ def np_derivatives(
 
 
 def np_init(position: Array, normal: Array, params: NPParams) -> NPState:
-    """A chain at ``position``: ``s = 1``, ``q = 0``; ``p̃`` drawn by :func:`np_prepare`."""
+    """A chain at ``position``: ``s = 1``, ``q = 0``; ``p̃`` drawn by :func:`np_refresh`."""
     dtype = position.dtype
     zero, one = np.zeros((), dtype=dtype), np.ones((), dtype=dtype)
-    momentum = np.asarray(normal, dtype=dtype).copy()
-    return NPState(position, momentum, one, zero, zero, one, zero, one)
+    return NPState(position, np.zeros_like(position), one, zero)
+
+
+def np_refresh(state: NPState, target: Target, normal: Array, params: NPParams) -> NPState:
+    """``p̃ ~ N(0, kT G(θ))``: a new chain's first trajectory, or after a restart."""
+    g, _ = Geometry(params.metric, target)(state.position)
+    return state._replace(momentum=params.temperature**0.5 * metric_sqrt_times(g, normal))
 
 
 def np_prepare(state: NPState, target: Target, params: NPParams) -> NPState:
-    """Each trajectory starts at ``s = 1``; a new chain's first draws ``p̃ ~ N(0, kT G(θ))``.
+    """Each trajectory starts at ``s = 1``.
 
     ``s`` does not enter the real-time dynamics (``p̃`` is kept and ``H₀`` follows the
     state), so resetting it keeps the step size's meaning from drifting.
     """
-    import pytensor.tensor as pt
-    from pytensor.conditional.op import ifelse
-
-    g, _ = Geometry(params.metric, target)(state.position)
-    drawn = pt.sqrt(params.temperature) * metric_sqrt_times(g, state.momentum)
-    momentum = ifelse(state.fresh > 0.5, drawn, state.momentum)
-    zero = state.control * 0.0
-    return state._replace(
-        momentum=momentum,
-        control=zero + 1.0,
-        energy_drift=zero,
-        residual=zero,
-        fresh=zero,
-    )
+    return state._replace(control=state.control * 0.0 + 1.0)
 
 
-def np_step(state: NPState, target: Target, noise: Array, params: NPParams) -> NPState:
+def np_step(state: NPState, target: Target, noise: Array, params: NPParams) -> tuple[NPState, dict]:
     """One step: Ornstein–Uhlenbeck noise, ``H₀`` on the level set, eq. 3's leapfrog.
 
     The splitting of :mod:`pymc_sgmcmc.dynamics.nose_poincare` for SG-NPHMC, with the
     metric ``G(θ)``: an exact Ornstein–Uhlenbeck step of ``p̃`` (toward ``N(0, kT G(θ))``)
     and ``q`` (toward ``N(0, kT |G(θ)|)``), ``H₀`` set so that ``H = 0`` at the state on
-    this step's rows, then the deterministic generalized leapfrog of eq. 3.
+    this step's rows, then the deterministic generalized leapfrog of eq. 3. Its info: the
+    step's ``energy_error`` (eq. 1 after it), the kinetic ``temperature`` after it and the
+    fixed-point ``residual`` (the statistics cannot evaluate ``G`` themselves).
     """
-    import pytensor.tensor as pt
-
     eps, kT = params.step_size, params.temperature
     position, s = state.position, state.control
     dim = position.shape[0]
@@ -514,27 +499,18 @@ def np_step(state: NPState, target: Target, noise: Array, params: NPParams) -> N
     new_real = new_momentum / new_s
     new_g, _ = geometry(new_position)
     temperature = (new_real * metric_solve(new_g, new_real)).sum() / dim
-    return NPState(
-        new_position,
-        new_real,
-        new_s,
-        new_q,
-        state.energy_drift + error,
-        temperature,
-        pt.maximum(state.residual, residual),
-        state.fresh,
-    )
+    info = {"energy_error": error, "temperature": temperature, "residual": residual}
+    return NPState(new_position, new_real, new_s, new_q), info
 
 
-def np_stats(state: NPState, params: NPParams) -> dict:
+def np_stats(state: NPState, info: dict, params: NPParams) -> dict:
     """``s``, ``q``, the energy drift, the kinetic temperature and the fixed-point residual."""
     return {
-        "kinetic_temperature": float(state.temperature)
-        * temperature_scale(params.step_size, params),
-        "control": float(state.control),
-        "control_momentum": float(state.control_momentum),
-        "energy_drift": float(state.energy_drift),
-        "fixed_point_residual": float(state.residual),
+        "kinetic_temperature": info["temperature"] * temperature_scale(params.step_size, params),
+        "control": state.control,
+        "control_momentum": state.control_momentum,
+        "energy_drift": info["energy_error"],
+        "fixed_point_residual": info["residual"],
         "fixed_point_steps": params.solver.steps,
     }
 
@@ -544,6 +520,8 @@ SGRNPHMC = Kernel(
     state_type=NPState,
     params_type=NPParams,
     init=np_init,
+    refresh=np_refresh,
+    refresh_first=True,
     prepare=np_prepare,
     step=np_step,
     stats=np_stats,
@@ -555,6 +533,7 @@ SGRNPHMC = Kernel(
         "fixed_point_residual": (np.float64, []),
         "fixed_point_steps": (np.int64, []),
     },
+    step_info={"energy_error": "sum", "temperature": "last", "residual": "max"},
     step_noise_extra=1,
     default_step_size=0.2,
     checked_stats=("kinetic_temperature",),

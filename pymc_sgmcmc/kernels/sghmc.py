@@ -71,7 +71,7 @@ def step(state: SGHMCState, target: Target, noise: Array, params: SGHMCParams) -
     return SGHMCState(position, momentum)
 
 
-def temperature_scale(step_size: float, params: SGHMCParams) -> float:
+def temperature_scale(step_size: Array, params: SGHMCParams) -> Array:
     """``1 − εc/2``: the explicit friction step's momentum variance is ``1/(1 − εc/2)``.
 
     With exact gradients on a unit Gaussian, ``r' = (1 − εc) r + …`` keeps
@@ -79,13 +79,13 @@ def temperature_scale(step_size: float, params: SGHMCParams) -> float:
     the rescaled temperature equals the position's variance ratio exactly, so that an
     oversized step shows up as a temperature above 1.
     """
-    return 1.0 - 0.5 * float(step_size) * float(params.friction)
+    return 1.0 - 0.5 * step_size * params.friction
 
 
-def stats(state: SGHMCState, params: SGHMCParams) -> dict:
+def stats(state: SGHMCState, info: dict, params: SGHMCParams) -> dict:
     """The kinetic temperature ``rᵀM⁻¹r / D``, scaled by :func:`temperature_scale`."""
     temperature = params.metric.kinetic_temperature(state.position, state.momentum)
-    return {"kinetic_temperature": float(temperature) * temperature_scale(params.step_size, params)}
+    return {"kinetic_temperature": temperature * temperature_scale(params.step_size, params)}
 
 
 KERNEL = Kernel(

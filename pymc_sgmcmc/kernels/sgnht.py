@@ -69,10 +69,10 @@ def step(state: SGNHTState, target: Target, noise: Array, params: SGNHTParams) -
     )
 
 
-def stats(state: SGNHTState, params: SGNHTParams) -> dict:
+def stats(state: SGNHTState, info: dict, params: SGNHTParams) -> dict:
     """Kinetic temperature ``pᵀM⁻¹p / D`` and thermostat ``ξ``."""
     temperature = params.metric.kinetic_temperature(state.position, state.momentum)
-    return {"kinetic_temperature": float(temperature), "thermostat": float(state.thermostat)}
+    return {"kinetic_temperature": temperature, "thermostat": state.thermostat}
 
 
 KERNEL = Kernel(

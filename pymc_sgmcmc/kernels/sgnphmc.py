@@ -27,7 +27,11 @@ from pymc_sgmcmc.metrics.euclidean import EuclideanMetric
 
 
 class SGNPHMCState(NamedTuple):
-    """θ, the real momentum ``p̃ = p/s``, ``s``, ``q``, ``L̃(θ)``, ``∇L̃(θ)``, energy drift."""
+    """θ, the real momentum ``p̃ = p/s``, ``s``, ``q``, and ``L̃(θ)``, ``∇L̃(θ)`` there.
+
+    The last two are the integrator's own: eq. 7's leapfrog reuses them from one step
+    to the next, and :func:`prepare` evaluates them afresh at each trajectory's start.
+    """
 
     position: Array
     momentum: Array
@@ -35,7 +39,6 @@ class SGNPHMCState(NamedTuple):
     control_momentum: Array
     logp: Array
     gradient: Array
-    energy_drift: Array
 
 
 class SGNPHMCParams(NamedTuple):
@@ -92,7 +95,7 @@ def init(position: Array, normal: Array, params: SGNPHMCParams) -> SGNPHMCState:
     """A chain at ``position`` with ``p̃ ~ N(0, M)``, ``s = 1`` and ``q = 0``."""
     momentum = params.metric.momentum(position, normal)
     zero = np.zeros((), dtype=momentum.dtype)
-    return SGNPHMCState(position, momentum, zero + 1.0, zero, zero, np.zeros_like(position), zero)
+    return SGNPHMCState(position, momentum, zero + 1.0, zero, zero, np.zeros_like(position))
 
 
 def refresh(
@@ -108,22 +111,23 @@ def prepare(state: SGNPHMCState, target: Target, params: SGNPHMCParams) -> SGNPH
     ``s`` does not enter the real-time dynamics (the real momentum ``p̃`` is kept), so
     resetting it keeps the step size's meaning from drifting along a long chain.
     """
-    return state._replace(
-        control=state.control * 0.0 + 1.0,
-        gradient=target.grad(state.position),
-        energy_drift=state.energy_drift * 0.0,
-    )
+    return state._replace(control=state.control * 0.0 + 1.0, gradient=target.grad(state.position))
 
 
-def step(state: SGNPHMCState, target: Target, noise: Array, params: SGNPHMCParams) -> SGNPHMCState:
-    """One step: Ornstein–Uhlenbeck noise, ``H₀`` on the level set, eq. 7's leapfrog."""
+def step(
+    state: SGNPHMCState, target: Target, noise: Array, params: SGNPHMCParams
+) -> tuple[SGNPHMCState, dict]:
+    """One step: Ornstein–Uhlenbeck noise, ``H₀`` on the level set, eq. 7's leapfrog.
+
+    Its info is the step's ``energy_error``: eq. 6 after the step.
+    """
     metric = params.metric
     dim = state.position.shape[0]
     thermostat_mass = or_dimension(params.thermostat_mass, state.position)
     degrees = or_dimension(params.degrees_of_freedom, state.position)
     # L̃ at the start on this step's rows: the change of L̃ that drives q then has no
     # minibatch-to-minibatch noise in it.
-    core = NosePoincareState(*state[:6])._replace(logp=target.logp(state.position))
+    core = NosePoincareState(*state)._replace(logp=target.logp(state.position))
     core = ornstein_uhlenbeck_momenta(
         core,
         metric.momentum(state.position, noise[:dim]),
@@ -158,21 +162,21 @@ def step(state: SGNPHMCState, target: Target, noise: Array, params: SGNPHMCParam
         params.temperature,
         reference,
     )
-    return SGNPHMCState(*new, state.energy_drift + error)
+    return SGNPHMCState(*new), {"energy_error": error}
 
 
-def stats(state: SGNPHMCState, params: SGNPHMCParams) -> dict:
+def stats(state: SGNPHMCState, info: dict, params: SGNPHMCParams) -> dict:
     """Kinetic temperature ``p̃ᵀM⁻¹p̃ / D``, ``s``, ``q`` and the trajectory's energy drift."""
     return {
-        "kinetic_temperature": float(kinetic_temperature(params.metric.inverse, state.momentum))
+        "kinetic_temperature": kinetic_temperature(params.metric.inverse, state.momentum)
         * temperature_scale(params.step_size, params),
-        "control": float(state.control),
-        "control_momentum": float(state.control_momentum),
-        "energy_drift": float(state.energy_drift),
+        "control": state.control,
+        "control_momentum": state.control_momentum,
+        "energy_drift": info["energy_error"],
     }
 
 
-def temperature_scale(step_size: float, params: SGNPHMCParams) -> float:
+def temperature_scale(step_size: Array, params: SGNPHMCParams) -> Array:
     """``1/kT``: the real momentum's law is ``N(0, kT M)``, so ``p̃ᵀM⁻¹p̃ / D`` averages ``kT``.
 
     SGR-NPHMC shares it (with ``G(θ)`` for ``M``).
@@ -180,7 +184,7 @@ def temperature_scale(step_size: float, params: SGNPHMCParams) -> float:
     Scaled, the reported kinetic temperature averages 1 at any chosen ``kT`` and its check
     measures a departure from the intended law, not the choice of ``kT``.
     """
-    return 1.0 / float(params.temperature)
+    return 1.0 / params.temperature
 
 
 KERNEL = Kernel(
@@ -198,6 +202,7 @@ KERNEL = Kernel(
         "control_momentum": (np.float64, []),
         "energy_drift": (np.float64, []),
     },
+    step_info={"energy_error": "sum"},
     step_noise_extra=1,
     gradient_at_end=True,
     noise_damping="friction",

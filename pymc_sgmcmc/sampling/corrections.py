@@ -8,7 +8,8 @@ trajectory's start with a fresh state. Protocol, in five lines:
 - ``stats_dtypes``: the statistics it adds to every draw;
 - ``apply(trajectory, rng) -> Outcome``: the kept state, the gradient there (where known),
   whether the end was finite and whether the trajectory diverged, the acceptance
-  probability (1 without a test) and the statistics;
+  probability (1 without a test), the statistics, and whether it kept the end or drew
+  a fresh state;
 - it draws from the chain's generator only what its decision needs (a uniform for the test,
   a normal vector for a restart's fresh state), after the trajectory's own draws.
 
@@ -103,7 +104,11 @@ class Trajectory(NamedTuple):
 
 
 class Outcome(NamedTuple):
-    """What a correction keeps of a trajectory."""
+    """What a correction keeps of a trajectory.
+
+    ``at_end``: the state kept is the trajectory's end (not its start); ``restarted``: it
+    is a fresh state.
+    """
 
     state: Any
     gradient: np.ndarray | None
@@ -111,6 +116,8 @@ class Outcome(NamedTuple):
     diverging: bool
     accept: float
     stats: dict[str, Any]
+    at_end: bool = True
+    restarted: bool = False
 
 
 class MetropolisTest:
@@ -149,7 +156,7 @@ class MetropolisTest:
             "energy_error": energy_error if np.isfinite(energy_error) else np.inf,
             "model_logp": model_logp,
         }
-        return Outcome(kept, gradient, finite, diverging, accept, stats)
+        return Outcome(kept, gradient, finite, diverging, accept, stats, at_end=bool(accepted))
 
 
 class DivergenceRestart:
@@ -181,7 +188,8 @@ class DivergenceRestart:
             )
         )
         if diverging:
-            return Outcome(trajectory.fresh_state(trajectory.start), None, finite, True, 1.0, {})
+            fresh = trajectory.fresh_state(trajectory.start)
+            return Outcome(fresh, None, finite, True, 1.0, {}, at_end=False, restarted=True)
         return Outcome(end, trajectory.gradient, finite, False, 1.0, {})
 
 

@@ -46,6 +46,12 @@ from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
 from pymc_sgmcmc.sampling.noise import measure_gradient_noise
 from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
 from pymc_sgmcmc.sampling.spheres import sphere_layout
+from pymc_sgmcmc.sampling.statistics import (
+    GENERIC_STATS,
+    checked_stats,
+    declared_stats,
+    trajectory_stats,
+)
 from pymc_sgmcmc.sampling.trajectory import (
     ROWS,
     CompiledTrajectory,
@@ -57,15 +63,6 @@ from pymc_sgmcmc.sampling.trajectory import (
 from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
 _STALE = object()
-
-GENERIC_STATS: dict[str, tuple[Any, list]] = {
-    "step_size": (np.float64, []),
-    "n_steps": (np.int64, []),
-    "minibatch_logp": (np.float64, []),
-    "diverging": (bool, []),
-    "divergences": (np.int64, []),
-}
-"""Statistics of every sampler."""
 
 
 _log = logging.getLogger("pymc_sgmcmc")
@@ -138,17 +135,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         kernel = cls.__dict__.get("kernel", getattr(cls, "kernel", None))
-        if kernel is None:
-            return
-        stats = {**GENERIC_STATS, **kernel.stats_dtypes, **correction_for(kernel).stats_dtypes}
-        if cls.mass_adapter_class is not None:
-            stats.update(cls.mass_adapter_class.stats_dtypes_shapes)
-        elif kernel.constant_metric:
-            stats.update(WindowedMass.stats_dtypes_shapes)
-        if kernel.measures_noise:
-            stats["gradient_noise"] = (np.float64, [])
-            stats["anchor_distance"] = (np.float64, [])
-        cls.stats_dtypes_shapes = stats
+        if kernel is not None:
+            cls.stats_dtypes_shapes = declared_stats(kernel, cls.mass_adapter_class)
 
     def __new__(cls, *args: Any, **kwargs: Any):  # noqa: D102
         # BlockedStep.__new__ assigns *all* value variables when none are given; a PyMC
@@ -223,7 +211,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self._trajectory: CompiledTrajectory | None = None
         self._end_names = ["position", *(f"state.{n}" for n in kernel.resamples)]
         self._call_arguments: TrajectoryArguments | None = None
-        self._params_at_key: tuple | None = None
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._data = CheckedData(
             model, self._flat.groups, name, allow_missing_total_size=self.allow_missing_total_size
@@ -487,9 +474,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         )  # fmt: skip
         if self.groups is not None:
             self.groups.reset_chain()
-        noise_checks = ("gradient_noise", "anchor_distance") if self.kernel.measures_noise else ()
-        checked = (*self.kernel.checked_stats, *noise_checks)
-        self.draw_stats = {name: [] for name in checked}
+        self.draw_stats = {name: [] for name in checked_stats(self.kernel)}
         self.__dict__.pop("_chain", None)  # the tuning length may have changed
         for adapter in self._adapters:
             adapter.init_chain(self._chain_context())
@@ -555,7 +540,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self.trajectory_function  # noqa: B018 - compiled, and its arguments bound
         if self.kernel_state is None:
             self.kernel_state = self._fresh_state(position)
-            self.refresh_pending = False
+            self.refresh_pending = self.kernel.refresh_first
         groups = self.groups
         per_step = None if groups is None else groups.groups_per_step
         anchor = self.chain_estimator.anchor
@@ -571,14 +556,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             refresh=self.refresh_every_trajectory or self.refresh_pending,
             rng=self.rng, n_rows=self._n_rows, groups=groups,
         )  # fmt: skip
-
-    def _params_at(self, step_size: float) -> Any:
-        """The parameters with the trajectory's step size (for the kernel's statistics)."""
-        cached = self._params_at_key
-        if cached is None or cached[0] is not self.params or cached[1] != step_size:
-            self._params_at_key = (self.params, step_size)
-            self._params_at_value = self.params._replace(step_size=step_size)
-        return self._params_at_value
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
@@ -606,6 +583,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self._fresh_state,
         )  # fmt: skip
         kept = self.correction.apply(trajectory, self.rng)
+        # A fresh state's momentum may be the first trajectory's to draw.
+        self.refresh_pending = kept.restarted and kernel.refresh_first
         if self.groups is not None and kept.finite and not kept.diverging:
             moved = self.groups.after_trajectory(
                 kept.state.position, self.rng, tune=self.tune, iteration=self.iteration - 1,
@@ -620,12 +599,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             tuning_step_size=self.tune and self.step_size_adapter.learns,
         )  # fmt: skip
         self.kernel_state, self.position_gradient = kept.state, kept.gradient
-        stats: dict[str, Any] = {"step_size": step_size, "n_steps": self.n_steps, **kept.stats}
-        finite_logp = kept.finite and not kept.diverging
-        stats["minibatch_logp"] = float(outputs[at["minibatch_logp"]]) if finite_logp else np.nan
-        stats["diverging"], stats["divergences"] = kept.diverging, self.divergence_log.divergences
-        if kernel.stats_dtypes:
-            stats.update(kernel.stats(kept.state, self._params_at(step_size)))
+        stats = trajectory_stats(
+            kernel, kept, outputs, at, step_size=step_size, n_steps=self.n_steps,
+            divergences=self.divergence_log.divergences,
+        )  # fmt: skip
         if kernel.measures_noise:
             ratio = self.chain_estimator.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0

@@ -27,7 +27,13 @@ from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, Symbo
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
-from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
+from pymc_sgmcmc.kernels.base import (
+    STEP_INFO_REDUCTIONS,
+    Kernel,
+    Target,
+    tree_flatten,
+    tree_replace,
+)
 
 # -- how the rows reach the steps --------------------------------------------------------
 
@@ -373,7 +379,7 @@ def build_trajectory(
                     for k, (value, held) in enumerate(zip(state_t, per_coordinate, strict=True))
                 )
             )
-        new = kernel.step(moving, target, noise_t, symbolic_params)
+        new, info = kernel.step_with_info(moving, target, noise_t, symbolic_params)
         if mask is not None:
             new = kernel.state_type(
                 *(
@@ -381,12 +387,14 @@ def build_trajectory(
                     for n, o, held in zip(new, state_t, per_coordinate, strict=True)
                 )
             )
-        return [*new, record[-1]] if record_gradient else list(new)
+        per_step = [info[name] for name in kernel.step_info]
+        return [*new, *per_step, record[-1]] if record_gradient else [*new, *per_step]
 
+    n_info = len(kernel.step_info)
     scanned = pytensor.scan(
         body,
         sequences=sequences,
-        outputs_info=[*start, None] if record_gradient else list(start),
+        outputs_info=[*start, *[None] * n_info, *([None] if record_gradient else [])],
         non_sequences=non_sequences,
         n_steps=None if sequences else n_steps,
         return_updates=False,
@@ -395,8 +403,20 @@ def build_trajectory(
         scanned = [scanned]
     final = [out[-1] for out in scanned]
     end = kernel.state_type(*final[:n_fields])
+    info = {
+        name: STEP_INFO_REDUCTIONS[reduction](per_step)
+        for (name, reduction), per_step in zip(
+            kernel.step_info.items(), scanned[n_fields : n_fields + n_info], strict=True
+        )
+    }
     outputs: dict[str, Variable] = {"position": end.position}
     outputs.update({f"state.{n}": getattr(end, n) for n in kernel.resamples})
+    for name, value in kernel.stats(end, info, symbolic_params).items():
+        outputs[f"stats.{name}"] = pt.as_tensor_variable(value)
+    if kernel.energy is not None:
+        # A rejected proposal keeps the start: its statistics are the start's.
+        for name, value in kernel.stats(start, info, symbolic_params).items():
+            outputs[f"start_stats.{name}"] = pt.as_tensor_variable(value)
     # The log density is not needed inside the loop; evaluating it there at every step
     # costs more than the gradient's own arithmetic on a small minibatch.
     outputs["minibatch_logp"] = rows.target(estimator, rows.last_batch()).logp(end.position)
