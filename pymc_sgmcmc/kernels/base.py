@@ -233,6 +233,16 @@ class Kernel:
         return self.step_noise and self.constant_metric
 
     @cached_property
+    def noise_erodes_it(self) -> bool:
+        """Whether plain minibatch noise can spoil this kernel's chain unnoticed.
+
+        Kernels that measure their noise, and those with a Metropolis test and a constant
+        mass (HMC, HMC-EM), whose acceptance the noise erodes: the glue checks the noise
+        of plain minibatches before sampling for them.
+        """
+        return self.measures_noise or (self.energy is not None and self.constant_metric)
+
+    @cached_property
     def resamples(self) -> tuple[str, ...]:
         """Fields of the state other than the position (what a restart draws afresh)."""
         return self.state_type._fields[1:]

@@ -53,12 +53,9 @@ from pymc_sgmcmc.sampling.statistics import (
     trajectory_stats,
 )
 from pymc_sgmcmc.sampling.trajectory import (
-    ROWS,
     CompiledTrajectory,
-    GroupRowsPerStep,
     TrajectoryArguments,
-    build_trajectory,
-    compile_trajectory,
+    compile_step_trajectory,
 )
 from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
@@ -285,7 +282,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             batch_sizes=[g.batch_size for g in self._flat.groups], n_rows=self._n_rows,
             n_steps=self.n_steps, mass_adapter=self.mass_adapter, mass_given=self._mass_given,
             adapt_mass=self.adapt_mass, damping=self._noise_damping,
-            estimated_noise=self._estimated_noise, noise_checkable=self._noise_checkable,
+            estimated_noise=self._estimated_noise, noise_checkable=self.kernel.noise_erodes_it,
         )  # fmt: skip
         self.mode: ModeResult | None = start.mode
         self.mode_seconds = None if start.mode is None else start.mode.seconds
@@ -369,16 +366,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         name = self.kernel.noise_damping
         return float(self._fixed_params[name]) if name else 1.0
 
-    @property
-    def _noise_checkable(self) -> bool:
-        """Whether the plain-minibatch check before sampling applies.
-
-        To kernels that measure their noise, and to those with a Metropolis test and a
-        constant mass (HMC, HMC-EM), whose acceptance the noise erodes.
-        """
-        kernel = self.kernel
-        return kernel.measures_noise or (kernel.energy is not None and kernel.constant_metric)
-
     # -- compiled pieces -------------------------------------------------------------
 
     def _mode_finder(self) -> ModeFinder:
@@ -406,34 +393,16 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         return self._trajectory
 
     def _compile(self) -> CompiledTrajectory:
-        kernel = self.kernel
-        zeros = np.zeros(self.dim, dtype=self._dtype)
         exact = None
-        if kernel.energy is not None:
+        if self.kernel.energy is not None:
             exact = full_data_logp(self._model, self._flat, self.vars, self._initial_point)
-        if self.groups is not None:
-            rows = GroupRowsPerStep(self.groups.grouped)
-        else:
-            rows = ROWS[self.minibatch](self._flat)
-        inputs, outputs = build_trajectory(
-            kernel,
-            self._flat,
-            state=kernel.init(zeros, zeros, self.params),
-            params=self.params,
+        return compile_step_trajectory(
+            self.kernel, self._flat, self.params, model=self._model, dim=self.dim,
             n_steps=self.n_steps,
-            rows=rows,
-            record_gradient=self._record_gradient,
-            exact_logp=exact,
-            gradient=self.gradient,
-        )
-        # Inside the model's context, PyMC's compile honours its check_bounds setting.
-        with self._model:
-            compiled = compile_trajectory(inputs, outputs, rows, self._compile_kwargs)
-        if self.groups is None:
-            compiled.row_shapes = [
-                rows.shape(self.n_steps, g.batch_size) for g in self._flat.groups
-            ]
-        return compiled
+            minibatch=self.minibatch, grouped=None if self.groups is None else self.groups.grouped,
+            record_gradient=self._record_gradient, exact_logp=exact, gradient=self.gradient,
+            compile_kwargs=self._compile_kwargs,
+        )  # fmt: skip
 
     def __getstate__(self) -> dict:
         # pm.sample(cores > 1) with a "spawn" or "forkserver" start method sends the step

@@ -470,6 +470,41 @@ PER_DRAW_INPUTS = frozenset(
 constants, filled once per change of the parameters, the anchor or the groups per step."""
 
 
+def compile_step_trajectory(
+    kernel: Kernel,
+    graph: FlatLogp,
+    params: Any,
+    *,
+    model: Any,
+    dim: int,
+    n_steps: int,
+    minibatch: str,
+    grouped: GroupedGradient | None,
+    record_gradient: bool,
+    exact_logp: Variable | None,
+    gradient: str,
+    compile_kwargs: dict | None,
+) -> CompiledTrajectory:
+    """A step method's trajectory, built (:func:`build_trajectory`) and compiled.
+
+    ``grouped``: minibatches of whole groups (:class:`GroupRowsPerStep`); otherwise rows
+    as ``minibatch`` says (:data:`ROWS`). ``model``: its context makes PyMC's compile
+    honour the model's ``check_bounds``; ``dim``: the position's size.
+    """
+    rows = ROWS[minibatch](graph) if grouped is None else GroupRowsPerStep(grouped)
+    zeros = np.zeros(dim, dtype=graph.position.dtype)
+    inputs, outputs = build_trajectory(
+        kernel, graph, state=kernel.init(zeros, zeros, params), params=params,
+        n_steps=n_steps, rows=rows, record_gradient=record_gradient, exact_logp=exact_logp,
+        gradient=gradient,
+    )  # fmt: skip
+    with model:
+        compiled = compile_trajectory(inputs, outputs, rows, compile_kwargs)
+    if grouped is None:
+        compiled.row_shapes = [rows.shape(n_steps, g.batch_size) for g in graph.groups]
+    return compiled
+
+
 class TrajectoryArguments:
     """The compiled trajectory's argument list, bound by input name.
 
