@@ -55,7 +55,7 @@ def declared_stats(
 
 
 def checked_stats(kernel: Kernel) -> tuple[str, ...]:
-    """The statistics the end-of-chain checks read (:mod:`.chain_checks`)."""
+    """The statistics the end-of-chain checks read (:mod:`pymc_sgmcmc.sampling.chain_checks`)."""
     return (*kernel.checked_stats, *(NOISE_STATS if kernel.measures_noise else ()))
 
 
