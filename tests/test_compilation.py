@@ -89,7 +89,10 @@ class _NumbaCompilations(event.Listener):
 
 def test_a_model_of_another_size_is_served_by_the_compile_cache():
     # total_size is an input of the compiled graphs, not a constant: at another number of
-    # rows the code compiled for the first is loaded from PyTensor's disk cache.
+    # rows the code compiled for the first is loaded from PyTensor's disk cache. The number
+    # is drawn afresh (fresh entropy on purpose): the disk cache outlives a test run, and
+    # a size compiled by an earlier run would pass without the property under test.
+    n_rows = int(np.random.default_rng().integers(101, 5_000))
     settings = {"mode_kwargs": {"progressbar": False}}
     first = minibatch_model(n_rows=100)
     with first:
@@ -98,16 +101,16 @@ def test_a_model_of_another_size_is_served_by_the_compile_cache():
     compilations = _NumbaCompilations()
     event.register("numba:compile", compilations)
     try:
-        model = minibatch_model(n_rows=150)
+        model = minibatch_model(n_rows=n_rows)
         with model:
             step = pmsg.SGHMC(**settings)
         idata = sample(step, model, draws=5, tune=5)
     finally:
         event.unregister("numba:compile", compilations)
-    assert compilations.count == 0
+    assert compilations.count == 0, n_rows
     assert np.isfinite(draws_of(idata, "mu")).all()
-    # The 150 rows are counted as 150: the mode is the exact posterior mean.
-    y = np.random.default_rng(0).normal(1.0, 1.0, size=150)
+    # The rows are counted as they are: the mode is the exact posterior mean.
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=n_rows)
     precision = 1 / 10.0**2 + len(y)
     np.testing.assert_allclose(step.mode["mu"], y.sum() / precision, rtol=1e-6)
     expected = stats.norm.logpdf(1.0, 0.0, 10.0) + stats.norm.logpdf(y, 1.0, 1.0).sum()
