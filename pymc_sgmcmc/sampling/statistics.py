@@ -84,12 +84,12 @@ def trajectory_stats(
         "diverging": kept.diverging,
         "divergences": divergences,
     }
-    prefix = "stats." if kept.at_end else "start_stats."
+    # A rejected proposal keeps the start; a restart keeps nothing the trajectory computed.
+    prefix = "stats." if kept.at_end or kept.restarted else "start_stats."
     for name, (dtype, _) in kernel.stats_dtypes.items():
-        floating = np.issubdtype(dtype, np.floating)
-        if kept.restarted and floating:
-            stats[name] = np.nan
-            continue
-        value = outputs[index[("stats." if kept.restarted else prefix) + name]]
-        stats[name] = float(value) if floating else np.asarray(value, dtype=dtype).item()
+        value = outputs[index[prefix + name]]
+        if np.issubdtype(dtype, np.floating):
+            stats[name] = np.nan if kept.restarted else float(value)
+        else:
+            stats[name] = np.asarray(value, dtype=dtype).item()
     return stats
