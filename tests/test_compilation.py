@@ -48,11 +48,12 @@ def test_scans_built_alike_have_one_key():
     assert graph_key([x], scanned(x)) != graph_key([x], scanned(x, n_steps=5))
 
 
-def minibatch_model(n_rows=100):
+def minibatch_model(n_rows=100, batch_size=10):
     y = np.random.default_rng(0).normal(1.0, 1.0, size=n_rows)
     with pm.Model() as model:
         mu = pm.Normal("mu", 0.0, 10.0)
-        pm.Normal("y", mu, 1.0, observed=pm.Minibatch(y, batch_size=10), total_size=n_rows)
+        batch = pm.Minibatch(y, batch_size=batch_size)
+        pm.Normal("y", mu, 1.0, observed=batch, total_size=n_rows)
     return model
 
 
@@ -116,6 +117,43 @@ def test_a_model_of_another_size_is_served_by_the_compile_cache():
     expected = stats.norm.logpdf(1.0, 0.0, 10.0) + stats.norm.logpdf(y, 1.0, 1.0).sum()
     logp, _ = step._mode_finder().full_pass(np.array([1.0]))
     np.testing.assert_allclose(logp, expected, rtol=1e-8)
+
+
+def test_another_batch_size_is_served_by_the_compile_cache():
+    # The trajectory's minibatch placeholders have no fixed length and each term scales
+    # by the rows it is fed: a new batch_size compiles nothing, and its scale is right.
+    # The batch size is drawn afresh (fresh entropy on purpose): PyTensor's disk cache
+    # outlives a test run, and a size compiled by an earlier run would pass without the
+    # property under test.
+    n_rows, batch_size = 10_000, int(np.random.default_rng().integers(11, 5_000))
+    settings = {"mode_kwargs": {"progressbar": False}, "gradient": "minibatch"}
+    first = minibatch_model(n_rows=n_rows, batch_size=10)
+    with first:
+        step = pmsg.SGHMC(**settings)
+    sample(step, first, draws=5, tune=5)
+    compilations = _NumbaCompilations()
+    event.register("numba:compile", compilations)
+    try:
+        model = minibatch_model(n_rows=n_rows, batch_size=batch_size)
+        with model:
+            step = pmsg.SGHMC(**settings)
+        idata = sample(step, model, draws=5, tune=5)
+    finally:
+        event.unregister("numba:compile", compilations)
+    assert compilations.count == 0, batch_size
+    assert np.isfinite(draws_of(idata, "mu")).all()
+    # The minibatch density is the prior plus N/B times the batch's.
+    y = np.random.default_rng(0).normal(1.0, 1.0, size=n_rows)
+    rows = np.arange(batch_size)
+    inputs = step.trajectory_inputs(np.array([0.7]), 1e-3)
+    inputs["rows_0"] = np.tile(rows, (inputs["rows_0"].shape[0], 1))
+    inputs["noise"] = np.zeros_like(inputs["noise"])
+    inputs["params.step_size"] = np.asarray(0.0)
+    logp = step.trajectory_function.named(**inputs)["minibatch_logp"]
+    # PyMC's own densities (SciPy's differ from them by 2e-10 relative here).
+    prior = pm.logp(pm.Normal.dist(0.0, 10.0), 0.7).eval()
+    likelihood = pm.logp(pm.Normal.dist(0.7, 1.0), y[rows]).sum().eval()
+    np.testing.assert_allclose(logp, prior + n_rows / batch_size * likelihood, rtol=1e-12)
 
 
 def test_the_store_is_dropped_with_its_model():

@@ -32,9 +32,9 @@ def logp_of_position_and_rows(flat):
     """Compile the detached log density as a function of (position, *row indices)."""
     indices = [pt.lvector(f"rows_{k}") for k in range(len(flat.groups))]
     replace = {
-        batch: gathered
+        placeholder: fed
         for group, rows in zip(flat.groups, indices, strict=True)
-        for batch, gathered in zip(group.batches, group.gathered(rows), strict=True)
+        for placeholder, fed in group.fed(group.gathered(rows)).items()
     }
     # The Python backend compiles in milliseconds; these graphs are evaluated a few times.
     return pytensor.function(

@@ -47,9 +47,9 @@ class ControlVariateGradient:
         self.plain = plain
         self.anchor = anchor
 
-    def target(self, batch: list[Variable]) -> Target:
+    def target(self, batch: list[Variable], lengths: list[Variable] | None = None) -> Target:
         """The controlled target on ``batch``: same rows for both minibatch terms."""
-        plain = self.plain.target(batch)
+        plain = self.plain.target(batch, lengths)
         anchor = self.anchor
         return Target(
             logp=_once_per_position(

@@ -35,6 +35,9 @@ class MinibatchGroup:
         Rows per minibatch.
     batches : list of TensorVariable
         Placeholders, one per array, that stand for the minibatch in the log density.
+    batch_rows : TensorVariable, optional
+        The placeholders' number of rows, a scalar of the log density (which then serves
+        any batch size); ``None`` where their length is fixed.
     """
 
     rng: Variable
@@ -42,6 +45,18 @@ class MinibatchGroup:
     data: list[Variable]
     batch_size: int
     batches: list[pt.TensorVariable]
+    batch_rows: pt.TensorVariable | None = None
+
+    def fed(self, batch: list[Variable], rows: Variable | None = None) -> dict:
+        """Replacements that feed the log density ``batch``, one array per placeholder.
+
+        ``rows``: the batch's number of rows where the caller computes it once, outside
+        a loop (read from the first array by default).
+        """
+        feed: dict = dict(zip(self.batches, batch, strict=True))
+        if self.batch_rows is not None:
+            feed[self.batch_rows] = batch[0].shape[0] if rows is None else rows
+        return feed
 
     def gathered(self, indices: Variable) -> list[Variable]:
         """``data[indices]`` for each array, with leading index dimensions kept."""

@@ -28,11 +28,18 @@ class MinibatchGradient:
     def __init__(self, graph: FlatLogp) -> None:
         self.graph = graph
         self.gradient = pt.grad(graph.logp, graph.position)
-        self.placeholders = [b for g in graph.groups for b in g.batches]
 
-    def target(self, batch: list[Variable]) -> Target:
-        """The target on ``batch`` (one array per placeholder, in the groups' order)."""
-        rows = dict(zip(self.placeholders, batch, strict=True))
+    def target(self, batch: list[Variable], lengths: list[Variable] | None = None) -> Target:
+        """The target on ``batch`` (one array per placeholder, in the groups' order).
+
+        ``lengths``: each group's number of rows in ``batch``, computed where the caller
+        knows it best (outside its loop); read from ``batch`` by default.
+        """
+        rows, first = {}, 0
+        for k, group in enumerate(self.graph.groups):
+            last = first + len(group.batches)
+            rows |= group.fed(batch[first:last], None if lengths is None else lengths[k])
+            first = last
         position = self.graph.position
         return Target(
             logp=_once_per_position(

@@ -16,6 +16,7 @@ cache of compiled code then serves a model of the same structure at any size.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import weakref
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, toposort
 from pytensor.tensor.type_other import NoneConst
 
@@ -154,8 +156,39 @@ def flat_logp(model, vars: list[Variable], initial_point: dict[str, np.ndarray])
     logp = graph_replace(logp, sizes, strict=False) if sizes else logp
     [logp], position = join_nonshared_inputs(initial_point, [logp], vars, shared)
     groups = find_minibatch_groups(logp)
-    logp = detach_minibatches(logp, groups)
-    return FlatLogp(logp=logp, position=position, shared=shared, groups=groups)
+    flat = FlatLogp(
+        logp=detach_minibatches(logp, groups), position=position, shared=shared, groups=groups
+    )
+    return _batches_of_any_length(model, flat, vars, initial_point) if groups else flat
+
+
+def _batches_of_any_length(model, flat: FlatLogp, vars: list[Variable], initial_point) -> FlatLogp:
+    """``flat`` with its log density rebuilt on minibatch placeholders of any length.
+
+    PyMC builds a ``pm.Minibatch`` graph with its batch size fixed: the minibatch's shape
+    and the ``total_size / batch_size`` scale are constants, so each batch size compiled
+    afresh (measured: 68 Numba compilations and 10.8 s for a logistic regression). The
+    terms of :func:`row_logp` scale by the rows they are fed, so one compiled trajectory
+    serves every batch size.
+
+    Each group's number of rows is a scalar of its own (``MinibatchGroup.batch_rows``),
+    declared as the placeholders' length: a caller feeds it from outside a loop, and the
+    scale ``total_size / rows`` is then computed once per call, not at every step (read
+    from the gathered rows inside the trajectory's loop, it doubled Numba's first compile).
+    """
+    rows = row_logp(model, flat, vars, initial_point)
+    logp = pt.add(rows.prior, *(term for terms in rows.terms for term in terms))
+    groups, length_of = [], {}
+    for k, (group, placeholders) in enumerate(zip(flat.groups, rows.placeholders, strict=True)):
+        batch_rows = pt.scalar(f"batch_rows_{k}", dtype="int64")
+        length_of.update(dict.fromkeys(placeholders, batch_rows))
+        groups.append(dataclasses.replace(group, batches=list(placeholders), batch_rows=batch_rows))
+    declared = {p: pt.specify_shape(p, (n, *(None,) * (p.ndim - 1))) for p, n in length_of.items()}
+    logp = graph_replace(logp, declared, strict=False)
+    # Shape inference then reads every length (of a cast, a sum, ...) off the scalars,
+    # and the scale total_size / rows is a function of them alone.
+    logp = rewrite_graph(logp, include=("ShapeOpt", "canonicalize"))
+    return FlatLogp(logp=logp, position=flat.position, shared=flat.shared, groups=groups)
 
 
 def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> Variable:
@@ -267,8 +300,10 @@ def row_logp(
                 continue
             k = _group_of(node, flat.groups)
             if not placeholders[k]:
+                # Only the number of rows varies; a static column count keeps shape
+                # inference (and Numba's first compile) as cheap as with fixed rows.
                 placeholders[k] = [
-                    out.type.clone(shape=(None,) * out.type.ndim)(name=f"rows_{k}_{j}")
+                    out.type.clone(shape=(None, *out.type.shape[1:]))(name=f"rows_{k}_{j}")
                     for j, out in enumerate(node.outputs[:-1])
                 ]
             replacements.update(zip(node.outputs[:-1], placeholders[k], strict=True))

@@ -85,8 +85,8 @@ class Rows:
         return None
 
     def target(self, estimator: Any, batch: list[Variable]) -> Target:
-        """The estimator's target on one minibatch."""
-        return estimator.target(batch)
+        """The estimator's target on one minibatch (each drawn row set's length given)."""
+        return estimator.target(batch, [rows.shape[-1] for rows in self.indices])
 
 
 class RowsPerStep(Rows):
