@@ -195,7 +195,7 @@ def test_an_unstable_langevin_chain_never_returns_a_runaway_state():
     step = pmsg.SGLD(step_size=4.5, model=model)
     with pytest.raises(SamplingError, match="times in a row"):
         sample(step, model, tune=0, draws=200, chains=1)
-    assert np.abs(step.kernel_state.position).max() < 1e3
+    assert np.abs(step.chain.kernel_state.position).max() < 1e3
 
 
 # -- the mass ----------------------------------------------------------------------------

@@ -416,8 +416,8 @@ def test_sampling_state_round_trip_resumes_identically(name, request, minibatch_
         point, _ = step.step(point)
     state = step.sampling_state
     saved_point = dict(point)
-    assert state.iteration == 3
-    assert state.divergence_log.divergences == 0
+    assert state.chain.iteration == 3
+    assert state.chain.divergence_log.divergences == 0
 
     def continue_chain(point, n=4):
         positions, stats = [], []
@@ -432,7 +432,7 @@ def test_sampling_state_round_trip_resumes_identically(name, request, minibatch_
     second_positions, second_stats = continue_chain(saved_point)
     np.testing.assert_array_equal(first_positions, second_positions)
     assert first_stats == second_stats
-    assert step.iteration == 7
+    assert step.chain.iteration == 7
     # Not a trivial equality: continuing from the end of the first run differs.
     third_positions, _ = continue_chain(point)
     assert not np.array_equal(first_positions, third_positions)

@@ -668,7 +668,9 @@ def test_test_function_gradient_is_the_gradient_at_the_stored_position(sampler, 
     outcomes = set()
     for _ in range(30):
         point, stats = step.step(point)
-        np.testing.assert_allclose(step.position_gradient, exact_gradient(point["x"]), atol=1e-9)
+        np.testing.assert_allclose(
+            step.chain.position_gradient, exact_gradient(point["x"]), atol=1e-9
+        )
         outcomes.add(stats[0].get("accepted", True))
     if sampler == "HMCEM":
         assert outcomes == {True, False}  # both branches of the MH test were checked

@@ -668,7 +668,7 @@ def test_a_draw_continues_from_the_last_one_and_a_moved_point_starts_afresh(
         on = x.copy()
         on[rows] = np.where(norm > 0, spheres / np.where(norm > 0, norm, 1.0), first_axis)
         shift = np.max(np.abs(on - x))
-        state = step.kernel_state
+        state = step.chain.kernel_state
         if state is not None:  # the first draw draws its velocity from the position
             velocity = state.velocity.copy()
             v = velocity[rows]
@@ -690,11 +690,11 @@ def test_a_draw_continues_from_the_last_one_and_a_moved_point_starts_afresh(
             if shift > 1e-12:
                 changed.append(i)
             if by_hand:
-                point, step.kernel_state = on_point, on_state
+                point, step.chain.kernel_state = on_point, on_state
             point, stats = step.step(point)
             assert not stats[0]["diverging"]
             draws.append(flat(point))
-        return np.array(draws), step.kernel_state.velocity, changed
+        return np.array(draws), step.chain.kernel_state.velocity, changed
 
     draws, velocity, changed = chain(by_hand=False)
     assert changed == off_the_spheres  # only the moved points are off the spheres

@@ -552,8 +552,8 @@ class ForgetsAnchorGradient(ControlVariateGradient):
     """``∇log p̃_b(θ) − ∇log p̃_b(θ̂)`` without ``+ ∇log p(θ̂)``: it pulls the chain to
     the anchor instead of the mode, invisible when the anchor is the mode."""
 
-    def target(self, batch):
-        right = super().target(batch)
+    def target(self, batch, lengths=None):
+        right = super().target(batch, lengths)
         return Target(logp=right.logp, grad=lambda x: right.grad(x) - self.anchor.gradient)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,8 +36,9 @@ from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
 from pymc_sgmcmc.sampling import arguments, kernel_parameters, startup
-from pymc_sgmcmc.sampling.chain_checks import anchor_distance, chain_check_messages
-from pymc_sgmcmc.sampling.corrections import DivergenceLog, Trajectory, correction_for
+from pymc_sgmcmc.sampling.chain import Chain
+from pymc_sgmcmc.sampling.chain_checks import anchor_distance
+from pymc_sgmcmc.sampling.corrections import Trajectory, correction_for
 from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
@@ -69,17 +69,10 @@ _log = logging.getLogger("pymc_sgmcmc")
 class StochasticGradientState(StepMethodState):
     """What a chain needs to resume exactly where it stopped."""
 
-    iteration: int
-    tune: bool
-    kernel_state: Any
-    refresh_pending: bool
-    divergence_log: Any
-    position_gradient: Any
+    chain: Any
     step_size_adapter: Any
     mass_adapter: Any
-    chain_estimator: Any
     groups: Any
-    draw_stats: dict
 
 
 class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
@@ -319,9 +312,18 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         return {k: v for k, v in self.params._asdict().items() if k != "step_size"}
 
     @property
+    def tune(self) -> bool:
+        """Whether the current chain is tuning (PyMC's sampling loop sets it too)."""
+        return self.chain.tune
+
+    @tune.setter
+    def tune(self, tune: bool) -> None:
+        self.chain.tune = bool(tune)
+
+    @property
     def anchor(self):
         """The current chain's control-variate anchor (``None`` without one)."""
-        return self.chain_estimator.anchor
+        return self.chain.estimator.anchor
 
     @property
     def n_rows(self) -> list[int]:
@@ -431,19 +433,15 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         return chain
 
     def _reset_chain(self) -> None:
-        self.iteration = 0
-        self.tune = True
-        self.divergence_log = DivergenceLog()
-        self.kernel_state = None  # set from the first position the chain sees
-        self.refresh_pending = False
-        self.position_gradient = None
-        self.chain_estimator = ChainEstimator(
+        estimator = ChainEstimator(
             self.estimator, self.dim, self._tune_iterations,
             measures_noise=self.kernel.measures_noise and bool(self._flat.groups),
         )  # fmt: skip
+        self.chain = Chain(
+            estimator, self._tune_iterations, self._draw_iterations, checked_stats(self.kernel)
+        )
         if self.groups is not None:
             self.groups.reset_chain()
-        self.draw_stats = {name: [] for name in checked_stats(self.kernel)}
         self.__dict__.pop("_chain", None)  # the tuning length may have changed
         for adapter in self._adapters:
             adapter.init_chain(self._chain_context())
@@ -465,16 +463,16 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self.estimator.data_replaced()
         self._tune_iterations, self._draw_iterations = int(tune), int(draws)
         self._reset_chain()
-        self.tune = tune > 0
+        self.chain.tune = tune > 0
 
     def stop_tuning(self) -> None:
         """End the tuning phase; adapters freeze what they learned."""
-        self.tune = False
+        self.chain.tune = False
         for adapter in self._adapters:
             adapter.finalize()
         self._read_parameters()
-        self.divergence_log.consecutive = 0
-        self.chain_estimator.noise.reset()  # measured afresh at the frozen step and metric
+        self.chain.divergence_log.consecutive = 0
+        self.chain.estimator.noise.reset()  # measured afresh at the frozen step and metric
 
     @staticmethod
     def competence(var, has_grad):
@@ -507,43 +505,42 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     def _trajectory_arguments(self, position: np.ndarray, step_size: float) -> list[Any]:
         """The compiled call's arguments, each in the slot of its input's name."""
         self.trajectory_function  # noqa: B018 - compiled, and its arguments bound
-        if self.kernel_state is None:
-            self.kernel_state = self._fresh_state(position)
-            self.refresh_pending = self.kernel.refresh_first
+        if self.chain.kernel_state is None:
+            self.chain.kernel_state = self._fresh_state(position)
+            self.chain.refresh_pending = self.kernel.refresh_first
         groups = self.groups
         per_step = None if groups is None else groups.groups_per_step
-        anchor = self.chain_estimator.anchor
+        anchor = self.chain.estimator.anchor
         if anchor is not self._inputs_anchor or per_step != self._inputs_groups:
             # Parameters, anchor and K change rarely: their slots are filled once each.
-            constants = self._param_inputs | self.chain_estimator.inputs()
+            constants = self._param_inputs | self.chain.estimator.inputs()
             if groups is not None:
                 constants |= groups.inputs(self._dtype)
             self._call_arguments.set_constants(constants)
             self._inputs_anchor, self._inputs_groups = anchor, per_step
         return self._call_arguments.draw(
-            position, self.kernel_state[1:], step_size,
-            refresh=self.refresh_every_trajectory or self.refresh_pending,
+            position, self.chain.kernel_state[1:], step_size,
+            refresh=self.refresh_every_trajectory or self.chain.refresh_pending,
             rng=self.rng, n_rows=self._n_rows, groups=groups,
         )  # fmt: skip
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
-        fn, kernel = self.trajectory_function, self.kernel
-        if self.iteration == 0 and self.kernel_state is None:
+        fn, kernel, chain = self.trajectory_function, self.kernel, self.chain
+        if chain.iteration == 0 and chain.kernel_state is None:
             default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
             start = startup.chain_start(
                 q0.data, start=self.start, mode=self.mode, default=default, rng=self.rng,
                 dtype=self._dtype,
             )  # fmt: skip
             q0 = RaveledVars(start, q0.point_map_info)
-        self.chain_estimator.before_trajectory(q0.data, self.iteration)
-        if self.chain_estimator.probe_due(self.iteration, self.tune):
-            probes = NOISE_PROBES_AT_START if self.iteration == 0 else 1
+        chain.estimator.before_trajectory(q0.data, chain.iteration)
+        if chain.estimator.probe_due(chain.iteration, chain.tune):
+            probes = NOISE_PROBES_AT_START if chain.iteration == 0 else 1
             self._measure_gradient_noise(q0.data, probes)
-        step_size = self.step_size_adapter.current(self.iteration, self.rng)
+        step_size = self.step_size_adapter.current(chain.iteration, self.rng)
         outputs = fn(*self._trajectory_arguments(q0.data, step_size))
-        self.refresh_pending = False
-        self.iteration += 1
+        chain.iteration += 1
         at = fn.index
         end = kernel.state_type(*[outputs[at[n]] for n in self._end_names])
         gradient = outputs[at["gradient"]] if self._record_gradient else None
@@ -553,43 +550,42 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         )  # fmt: skip
         kept = self.correction.apply(trajectory, self.rng)
         # A fresh state's momentum may be the first trajectory's to draw.
-        self.refresh_pending = kept.restarted and kernel.refresh_first
+        chain.refresh_pending = kept.restarted and kernel.refresh_first
         if self.groups is not None and kept.finite and not kept.diverging:
             moved = self.groups.after_trajectory(
-                kept.state.position, self.rng, tune=self.tune, iteration=self.iteration - 1,
+                kept.state.position, self.rng, tune=chain.tune, iteration=chain.iteration - 1,
                 inverse_mass=self.params.metric.inverse,
             )  # fmt: skip
             # The gradient there is the old position's: the adapters that asked get none.
             kept = kept._replace(state=kept.state._replace(position=moved), gradient=None)
-        self.divergence_log.record(
+        chain.divergence_log.record(
             kept.diverging, sampler=type(self).__name__, kernel=kernel,
-            iteration=self.iteration, step_size=step_size,
+            iteration=chain.iteration, step_size=step_size,
             # Part of tuning: the step size shrinks (dual averaging, or halving).
-            tuning_step_size=self.tune and self.step_size_adapter.learns,
+            tuning_step_size=chain.tune and self.step_size_adapter.learns,
         )  # fmt: skip
-        self.kernel_state, self.position_gradient = kept.state, kept.gradient
+        chain.kernel_state, chain.position_gradient = kept.state, kept.gradient
         stats = trajectory_stats(
             kernel, kept, outputs, at, step_size=step_size, n_steps=self.n_steps,
-            divergences=self.divergence_log.divergences,
+            divergences=chain.divergence_log.divergences,
         )  # fmt: skip
         if kernel.measures_noise:
-            ratio = self.chain_estimator.noise.ratio(step_size, self._noise_damping)
+            ratio = chain.estimator.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
             anchor = self.anchor
             stats["anchor_distance"] = anchor_distance(
                 kept.state.position, None if anchor is None else anchor.position,
                 self._posterior_sd,
             )  # fmt: skip
-        if self.tune:
-            self.chain_estimator.follow_tuning(
-                None if kept.diverging else kept.state.position, self.iteration - 1, self._dtype
-            )
+        if chain.tune:
+            position = None if kept.diverging else kept.state.position
+            chain.estimator.follow_tuning(position, chain.iteration - 1, self._dtype)
         if self._learning_adapters:
             self._adapt(kept.state, kept.gradient, kept.diverging, kept.accept)
         mass = self.mass_adapter
         stats.update(mass.stats() if mass is not None else self._fixed_mass_stats)
-        if not self.tune:
-            self._record_draw(stats)
+        if not chain.tune:
+            chain.record_draw(stats, type(self).__name__)
         return RaveledVars(kept.state.position, q0.point_map_info), [stats]
 
     # -- gradient noise --------------------------------------------------------------
@@ -603,7 +599,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         unless ``metric`` is given, on rows from ``rng`` (the chain's generator by
         default).
         """
-        return self.chain_estimator.noise_variance(
+        return self.chain.estimator.noise_variance(
             position,
             self.rng if rng is None else rng,
             self._n_rows,
@@ -612,8 +608,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
         fed = measure_gradient_noise(
-            self.chain_estimator.noise, lambda: self.gradient_noise_variance(position), probes,
-            tuning=self.tune, step_size_adapter=self.step_size_adapter,
+            self.chain.estimator.noise, lambda: self.gradient_noise_variance(position), probes,
+            tuning=self.chain.tune, step_size_adapter=self.step_size_adapter,
             damping=self._noise_damping, n_steps=self.n_steps, groups=self.groups,
             inflated=self._noise_inflated,
         )  # fmt: skip
@@ -622,30 +618,22 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     def _noise_inflated(self) -> None:
         self._read_parameters()
-        self.refresh_pending = self.kernel.refresh is not None
+        self.chain.refresh_pending = self.kernel.refresh is not None
 
     # -- after the trajectory --------------------------------------------------------
 
-    def _record_draw(self, stats: dict[str, Any]) -> None:
-        for name, values in self.draw_stats.items():
-            if name in stats:
-                values.append(float(stats[name]))
-        if self.iteration == self._tune_iterations + self._draw_iterations:
-            for message in chain_check_messages(type(self).__name__, self.draw_stats):
-                warnings.warn(message, RuntimeWarning, stacklevel=3)
-
     def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
         """Hand the finished iteration to the adapters that learn; re-read what changed."""
-        learning = [a for a in self._learning_adapters if a.active(self.tune)]
+        learning = [a for a in self._learning_adapters if a.active(self.chain.tune)]
         if not learning:
             return
         result = IterationResult(
-            iteration=self.iteration - 1,
-            tune=self.tune,
+            iteration=self.chain.iteration - 1,
+            tune=self.chain.tune,
             position=state.position,
             state=state,
             gradient=gradient,
-            step_size=self.step_size_adapter.nominal(self.iteration),
+            step_size=self.step_size_adapter.nominal(self.chain.iteration),
             diverging=diverging,
             accept=accept,
         )
@@ -658,9 +646,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self._read_parameters()
         if "metric" in changed:
             # A carried momentum must follow N(0, M) under the new mass.
-            self.refresh_pending = self.kernel.refresh is not None
+            self.chain.refresh_pending = self.kernel.refresh is not None
             # The step size was learned in the old metric's units.
             self.step_size_adapter.restart()
-            self.chain_estimator.noise.reset()
-            if self.chain_estimator.probe_due(self.iteration, self.tune):
+            self.chain.estimator.noise.reset()
+            if self.chain.estimator.probe_due(self.chain.iteration, self.chain.tune):
                 self._measure_gradient_noise(state.position, NOISE_PROBES_AT_START)
