@@ -35,6 +35,7 @@ from pymc_sgmcmc.sampling.optimize import (
     adam_ascent_step,
     adam_init,
     hessian_by_differences,
+    hessian_diagonal_by_forward_differences,
     hessian_diagonal_by_probes,
     laplace_covariance,
 )
@@ -448,15 +449,18 @@ def _sd(hessian: np.ndarray) -> np.ndarray:
     return 1.0 / np.sqrt(np.maximum(-diagonal, 1e-300))
 
 
-def _at_sd_scale(estimate, position: np.ndarray, sd: np.ndarray | None) -> np.ndarray:
+def _at_sd_scale(
+    estimate, position: np.ndarray, sd: np.ndarray | None, rough_diagonal=None
+) -> np.ndarray:
     """``estimate(scale)`` (a Hessian or its diagonal) with steps a thousandth of each sd.
 
     The differencing routines step ``1e-4 × scale``; a thousandth of the sd is accurate
     whatever the posterior's scale. Without ``sd`` a first round with unit-scale steps
-    finds the sds.
+    finds the sds: ``rough_diagonal(scale)``, a cheaper estimate of the diagonal alone
+    where there is one, else ``estimate`` itself.
     """
     if sd is None:
-        sd = _sd(estimate(np.maximum(np.abs(position), 1.0)))
+        sd = _sd((rough_diagonal or estimate)(np.maximum(np.abs(position), 1.0)))
     return estimate(1e-3 * sd / 1e-4)
 
 
@@ -479,8 +483,13 @@ def _dense_hessian(finder, position, rng, sd: np.ndarray | None = None) -> np.nd
         def gradient(x: np.ndarray) -> np.ndarray:
             return finder.full_pass(x)[1]
 
+    # The sds need only the diagonal: D + 1 gradients instead of 2 D (at 10⁶ × 20, 19
+    # gradients on 200,000 rows, ~0.4 s).
     return _at_sd_scale(
-        lambda scale: hessian_by_differences(gradient, position, scale), position, sd
+        lambda scale: hessian_by_differences(gradient, position, scale),
+        position,
+        sd,
+        lambda scale: hessian_diagonal_by_forward_differences(gradient, position, scale),
     )
 
 

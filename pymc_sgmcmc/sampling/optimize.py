@@ -68,6 +68,25 @@ def hessian_by_differences(
     return 0.5 * (hessian + hessian.T)
 
 
+def hessian_diagonal_by_forward_differences(
+    gradient: Callable[[np.ndarray], np.ndarray], position: np.ndarray, scale: np.ndarray
+) -> np.ndarray:
+    """The Hessian's diagonal from forward differences, ``(g_i(x + h e_i) − g_i(x)) / h``.
+
+    ``h = 1e-4 · scale_i``: ``D + 1`` gradients where central differences of the whole
+    Hessian take ``2 D``, at an error ``O(h)``. Enough to find the scale of each
+    coordinate before a Hessian is differenced at that scale.
+    """
+    at = gradient(position)
+    diagonal = np.empty(position.size)
+    for i in range(position.size):
+        h = 1e-4 * float(scale[i])
+        shifted = position.copy()
+        shifted[i] += h
+        diagonal[i] = (gradient(shifted)[i] - at[i]) / h
+    return diagonal
+
+
 def hessian_diagonal_by_probes(
     gradient: Callable[[np.ndarray], np.ndarray],
     position: np.ndarray,
