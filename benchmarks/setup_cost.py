@@ -15,10 +15,12 @@ holds them; the later ones show the set-up itself), it prints:
   array: a reduction (``X.sum()``, the memory bound) and the logistic gradient
   (``Xᵀ(y − σ(Xw))``, one full-data pass written by hand).
 
-``--warm-rows N0`` first builds a step and draws once on a model of ``N0`` rows, as a
-user's earlier run on data of another size would have filled the caches; run it with
-empty caches (fresh ``PYTENSOR_FLAGS=base_compiledir=...`` and ``NUMBA_CACHE_DIR=...``) to
-see what a new data size costs.
+``--warm-rows N0`` first builds a step and draws once on a model of ``N0`` rows (and
+``--warm-batch-size`` rows per minibatch, ``--batch-size`` by default), as a user's
+earlier run on data of another size or another batch size would have filled the caches;
+run it with empty caches (fresh ``PYTENSOR_FLAGS=base_compiledir=...`` and
+``NUMBA_CACHE_DIR=...``) to see what a new data size or batch size costs. *compilations*
+counts Numba's compilations from building the measured step to its first draw.
 
 Run it against another revision with that checkout's own environment (an editable install
 takes precedence over ``PYTHONPATH``); the first line says which package ran.
@@ -34,8 +36,22 @@ import warnings
 
 import numpy as np
 import pymc as pm
+from numba.core import event
 
 import pymc_sgmcmc as pmsg
+
+
+class CompileCounter(event.Listener):
+    """Counts Numba's compilations (a cache hit is not one)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_start(self, event: event.Event) -> None:  # noqa: D102
+        self.count += 1
+
+    def on_end(self, event: event.Event) -> None:  # noqa: D102
+        pass
 
 
 def logistic_data(rows: int, cols: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -57,10 +73,10 @@ def seconds_per_call(function, repeats: int = 5) -> float:
     return best
 
 
-def logistic_model(x: np.ndarray, y: np.ndarray) -> pm.Model:
-    """``w ~ N(0, 10²)``, ``y ~ Bernoulli(σ(X w))``, seen 1,000 rows at a time."""
+def logistic_model(x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> pm.Model:
+    """``w ~ N(0, 10²)``, ``y ~ Bernoulli(σ(X w))``, seen ``batch_size`` rows at a time."""
     with pm.Model() as model:
-        x_batch, y_batch = pm.Minibatch(x, y, batch_size=1000)
+        x_batch, y_batch = pm.Minibatch(x, y, batch_size=batch_size)
         weights = pm.Normal("w", 0.0, 10.0, shape=x.shape[1])
         pm.Bernoulli("y", logit_p=x_batch @ weights, observed=y_batch, total_size=len(y))
     return model
@@ -83,18 +99,21 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=20)
     parser.add_argument("--sampler", default="SGHMC")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--warm-rows", type=int, default=0)
+    parser.add_argument("--warm-batch-size", type=int, default=0)
     args = parser.parse_args()
+    warm_batch = args.warm_batch_size or args.batch_size
     print(f"package: {pmsg.__file__}")
     warnings.simplefilter("ignore", RuntimeWarning)
     if args.warm_rows:
         started = time.perf_counter()
-        model = logistic_model(*logistic_data(args.warm_rows, args.cols))
+        model = logistic_model(*logistic_data(args.warm_rows, args.cols), warm_batch)
         with model:
             step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
         first_draw_seconds(step, model)
         warm = time.perf_counter() - started
-        print(f"a step and a draw at {args.warm_rows:,} rows: {warm:.1f} s")
+        print(f"a step and a draw at {args.warm_rows:,} rows, batch {warm_batch:,}: {warm:.1f} s")
     x, y = logistic_data(args.rows, args.cols)
     data_bytes = x.nbytes + y.nbytes
     w = np.zeros(args.cols)
@@ -110,11 +129,13 @@ def main() -> None:
         f"({data_bytes / gradient / 1e9:.1f} GB/s)"
     )
     print(
-        "| step | set-up s | mode s | compile s | first draw s | passes | GB/s "
-        "| set-up / NumPy gradient |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| step | set-up s | mode s | compile s | first draw s | compilations | passes | GB/s "
+        "| set-up / NumPy gradient |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
-    model = logistic_model(x, y)
+    model = logistic_model(x, y, args.batch_size)
     for k in range(args.repeats):
+        compilations = CompileCounter()
+        event.register("numba:compile", compilations)
         started = time.perf_counter()
         with model:
             step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
@@ -123,11 +144,13 @@ def main() -> None:
         step.trajectory_function  # noqa: B018 - compiled here
         compile_s = time.perf_counter() - started
         first_draw = first_draw_seconds(step, model)
+        event.unregister("numba:compile", compilations)
         passes = step.rows_touched_by_setup / args.rows
         rate = passes * data_bytes / setup / 1e9
         print(
             f"| {k + 1} | {setup:.2f} | {step.mode_seconds or 0:.2f} | {compile_s:.2f} | "
-            f"{first_draw:.2f} | {passes:.1f} | {rate:.2f} | {setup / gradient:.0f}× |"
+            f"{first_draw:.2f} | {compilations.count} | {passes:.1f} | {rate:.2f} | "
+            f"{setup / gradient:.0f}× |"
         )
 
 
