@@ -88,6 +88,19 @@ class _NumbaCompilations(event.Listener):
         pass
 
 
+def _compiled_to_sample(model, settings):
+    """Numba's compilations while an SGHMC step is built on ``model`` and draws 5 + 5."""
+    compilations = _NumbaCompilations()
+    event.register("numba:compile", compilations)
+    try:
+        with model:
+            step = pmsg.SGHMC(**settings)
+        idata = sample(step, model, draws=5, tune=5)
+    finally:
+        event.unregister("numba:compile", compilations)
+    return compilations.count, step, idata
+
+
 def test_a_model_of_another_size_is_served_by_the_compile_cache():
     # total_size is an input of the compiled graphs, not a constant: at another number of
     # rows the code compiled for the first is loaded from PyTensor's disk cache. The number
@@ -99,16 +112,8 @@ def test_a_model_of_another_size_is_served_by_the_compile_cache():
     with first:
         step = pmsg.SGHMC(**settings)  # compiles the set-up's full-data passes
     sample(step, first, draws=5, tune=5)  # and the trajectory
-    compilations = _NumbaCompilations()
-    event.register("numba:compile", compilations)
-    try:
-        model = minibatch_model(n_rows=n_rows)
-        with model:
-            step = pmsg.SGHMC(**settings)
-        idata = sample(step, model, draws=5, tune=5)
-    finally:
-        event.unregister("numba:compile", compilations)
-    assert compilations.count == 0, n_rows
+    compilations, step, idata = _compiled_to_sample(minibatch_model(n_rows=n_rows), settings)
+    assert compilations == 0, n_rows
     assert np.isfinite(draws_of(idata, "mu")).all()
     # The rows are counted as they are: the mode is the exact posterior mean.
     y = np.random.default_rng(0).normal(1.0, 1.0, size=n_rows)
@@ -131,16 +136,9 @@ def test_another_batch_size_is_served_by_the_compile_cache():
     with first:
         step = pmsg.SGHMC(**settings)
     sample(step, first, draws=5, tune=5)
-    compilations = _NumbaCompilations()
-    event.register("numba:compile", compilations)
-    try:
-        model = minibatch_model(n_rows=n_rows, batch_size=batch_size)
-        with model:
-            step = pmsg.SGHMC(**settings)
-        idata = sample(step, model, draws=5, tune=5)
-    finally:
-        event.unregister("numba:compile", compilations)
-    assert compilations.count == 0, batch_size
+    model = minibatch_model(n_rows=n_rows, batch_size=batch_size)
+    compilations, step, idata = _compiled_to_sample(model, settings)
+    assert compilations == 0, batch_size
     assert np.isfinite(draws_of(idata, "mu")).all()
     # The minibatch density is the prior plus N/B times the batch's.
     y = np.random.default_rng(0).normal(1.0, 1.0, size=n_rows)
