@@ -120,7 +120,7 @@ def test_a_model_of_another_size_is_served_by_the_compile_cache():
     precision = 1 / 10.0**2 + len(y)
     np.testing.assert_allclose(step.mode["mu"], y.sum() / precision, rtol=1e-6)
     expected = stats.norm.logpdf(1.0, 0.0, 10.0) + stats.norm.logpdf(y, 1.0, 1.0).sum()
-    logp, _ = step._mode_finder().full_pass(np.array([1.0]))
+    logp, _ = step.data_passes.full_pass(np.array([1.0]))
     np.testing.assert_allclose(logp, expected, rtol=1e-8)
 
 

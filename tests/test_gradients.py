@@ -325,7 +325,7 @@ class QuadraticPasses:
 
 
 def test_a_chain_estimator_moves_its_anchor_to_each_windows_finite_mean():
-    estimator = ControlVariates(QuadraticPasses, batch_sizes=[10], sampler="SGHMC")
+    estimator = ControlVariates(QuadraticPasses(), batch_sizes=[10], sampler="SGHMC")
     estimator.initial_anchor = Anchor(np.zeros(2), 0.0, np.zeros(2))
     tune = 200
     chain = ChainEstimator(estimator, dim=2, tune=tune)

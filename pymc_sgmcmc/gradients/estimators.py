@@ -125,8 +125,8 @@ class MinibatchEstimator:
 
     Parameters
     ----------
-    passes : callable
-        Returns the model's :class:`DataPasses` (built on first use: it compiles).
+    passes : DataPasses
+        The model's full-data and subsample passes (compiled on their first use).
     batch_sizes : list of int
         Rows per minibatch, one per ``pm.Minibatch`` call.
     sampler : str
@@ -141,7 +141,7 @@ class MinibatchEstimator:
 
     def __init__(
         self,
-        passes: Callable[[], DataPasses],
+        passes: DataPasses,
         batch_sizes: list[int],
         sampler: str,
         every: int = 100,
@@ -193,7 +193,7 @@ class MinibatchEstimator:
     def _difference(
         self, position: np.ndarray, anchor: Anchor | None, draws: list[list[np.ndarray]]
     ) -> np.ndarray:
-        passes = self.passes()
+        passes = self.passes
         first, second = (passes.subsample_pass(position, rows)[1] for rows in draws)
         return first - second
 
@@ -212,14 +212,14 @@ class MinibatchEstimator:
 
     def anchor_if_finite(self, position: np.ndarray) -> Anchor | None:
         """An anchor at ``position``, or ``None`` where the full-data pass is not finite."""
-        logp, gradient = self.passes().full_pass(position)
+        logp, gradient = self.passes.full_pass(position)
         if np.isfinite(logp) and np.all(np.isfinite(gradient)):
             return Anchor(np.asarray(position), float(logp), gradient)
         return None
 
     def anchor_at(self, position: np.ndarray, what: str) -> Anchor:
         """An anchor at ``position``: one full-data pass there, refused where not finite."""
-        logp, gradient = self.passes().full_pass(position)
+        logp, gradient = self.passes.full_pass(position)
         if not (np.isfinite(logp) and np.all(np.isfinite(gradient))):
             raise ValueError(
                 f"{self.sampler}: the full-data log density or its gradient is not finite "
@@ -288,7 +288,7 @@ ESTIMATORS: dict[str, type[MinibatchEstimator]] = {
 
 def make_estimator(
     name: str,
-    passes: Callable[[], DataPasses],
+    passes: DataPasses,
     batch_sizes: list[int],
     sampler: str,
     anchor_every: int = 100,

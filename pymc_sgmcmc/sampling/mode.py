@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -91,7 +92,8 @@ class ModeFinder:
     """The compiled pieces of the mode search for one model and set of variables.
 
     Built once per step method (or per :func:`find_mode` call); the step method keeps it
-    for SVRG's anchor moves and for the anchor's full-data gradient.
+    for SVRG's anchor moves and for the anchor's full-data gradient. Nothing is built or
+    compiled before the first pass.
     """
 
     model: Any
@@ -105,8 +107,10 @@ class ModeFinder:
     _subsample: SubsampleGradient | None = field(default=None, init=False)
     _on_rows: WeightedRows | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        self._rows = row_logp(self.model, self.flat, self.vars, self.model.initial_point())
+    @cached_property
+    def _rows(self) -> Any:
+        # Built on first use: a step whose start reads no data builds no row graph.
+        return row_logp(self.model, self.flat, self.vars, self.model.initial_point())
 
     def set_n_rows(self, n_rows: list[int]) -> None:
         """The data were replaced (``pm.set_data``): passes read this many rows now."""

@@ -8,7 +8,6 @@ drawn from the chain's generator by :func:`chain_start`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -116,7 +115,7 @@ def start_mode(
 def anchored_estimator(
     sampler: str,
     gradient: str,
-    passes: Callable[[], ModeFinder],
+    passes: ModeFinder,
     batch_sizes: list[int],
     *,
     anchor_every: int,
@@ -166,8 +165,7 @@ def start_up(
     kernel: Kernel,
     *,
     gradient: str,
-    passes: Callable[[], ModeFinder],
-    rows_read: Callable[[], int],
+    passes: ModeFinder,
     step_size: Any,
     anchor: Any,
     anchor_every: int,
@@ -193,18 +191,18 @@ def start_up(
     An automatic step size (a string) searches the mode with its curvature, takes the
     Laplace metric (:func:`~pymc_sgmcmc.sampling.kernel_parameters.preconditioned`) and
     dual-averages the step; control variates without an ``anchor=`` search the mode for
-    their anchor. ``passes`` compiles the full-data and subsample passes on first use;
-    ``rows_read`` counts the rows they have read.
+    their anchor. ``passes`` are the full-data and subsample passes (compiled on first
+    use), which count the rows they read.
     """
     automatic = isinstance(step_size, str)
     mode, rows_touched = None, 0
     if automatic or (gradient == "control_variates" and anchor is None):
         mode = start_mode(
-            sampler, passes(), vars, initial_point, dtype, mode_kwargs, curvature=automatic,
+            sampler, passes, vars, initial_point, dtype, mode_kwargs, curvature=automatic,
             centred_groups=centred_groups,
         )  # fmt: skip
         rows_touched += mode.rows_touched
-    before = rows_read()
+    before = passes.rows_touched
     estimator = anchored_estimator(
         sampler, gradient, passes, batch_sizes, anchor_every=anchor_every, anchor=anchor,
         mode=mode, grouping=grouping, vars=vars, initial_point=initial_point, dtype=dtype,
@@ -230,7 +228,7 @@ def start_up(
             )  # fmt: skip
     else:
         step_size_adapter = StepSizeAdapter(step_size, jitter=jitter)
-    rows_touched += rows_read() - before
+    rows_touched += passes.rows_touched - before
     return StartUp(mode, estimator, step_size_adapter, mass_adapter, metric, slowdown, rows_touched)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from pymc_sgmcmc.adaptation.base import Adapter
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
 from pymc_sgmcmc.kernels.base import Kernel
-from pymc_sgmcmc.sampling.corrections import Outcome, correction_for
+from pymc_sgmcmc.sampling.corrections import Outcome, Trajectory, correction_for
 
 GENERIC_STATS: dict[str, tuple[Any, list]] = {
     "step_size": (np.float64, []),
@@ -59,26 +59,18 @@ def checked_stats(kernel: Kernel) -> tuple[str, ...]:
     return (*kernel.checked_stats, *(NOISE_STATS if kernel.measures_noise else ()))
 
 
-def trajectory_stats(
-    kernel: Kernel,
-    kept: Outcome,
-    outputs: list[np.ndarray],
-    index: dict[str, int],
-    *,
-    step_size: float,
-    n_steps: int,
-    divergences: int,
-) -> dict[str, Any]:
+def trajectory_stats(trajectory: Trajectory, kept: Outcome, divergences: int) -> dict[str, Any]:
     """One draw's generic, correction and kernel statistics.
 
     The kernel's are read from the compiled call's outputs, those of the state kept (the
     end, or the start of a rejected proposal); a restarted chain reports NaN for each
     floating-point one, as a number computed on a blown-up state means nothing.
     """
+    outputs, index = trajectory.outputs, trajectory.index
     valid = kept.finite and not kept.diverging
     stats: dict[str, Any] = {
-        "step_size": step_size,
-        "n_steps": n_steps,
+        "step_size": trajectory.step_size,
+        "n_steps": trajectory.n_steps,
         **kept.stats,
         "minibatch_logp": float(outputs[index["minibatch_logp"]]) if valid else np.nan,
         "diverging": kept.diverging,
@@ -86,7 +78,7 @@ def trajectory_stats(
     }
     # A rejected proposal keeps the start; a restart keeps nothing the trajectory computed.
     prefix = "stats." if kept.at_end or kept.restarted else "start_stats."
-    for name, (dtype, _) in kernel.stats_dtypes.items():
+    for name, (dtype, _) in trajectory.kernel.stats_dtypes.items():
         value = outputs[index[prefix + name]]
         if np.issubdtype(dtype, np.floating):
             stats[name] = np.nan if kept.restarted else float(value)

@@ -5,11 +5,15 @@
 does), the **gradient estimator** (:mod:`pymc_sgmcmc.gradients.estimators`, with its
 anchor and noise probe), the **correction** (:mod:`pymc_sgmcmc.sampling.corrections`,
 a Metropolis test or a restart), the **start-up** (:mod:`pymc_sgmcmc.sampling.startup`:
-mode, Laplace covariance, chain starts) and the **adapters** (step size, mass), which
-initialise themselves from the start-up. It compiles ``n_steps`` kernel steps into one
-function once per step method (:mod:`pymc_sgmcmc.sampling.trajectory`) and draws all
-per-iteration randomness from the chain's generator. A public sampler is a subclass
-that names its kernel and passes its parameters; it overrides nothing.
+mode, Laplace covariance, chain starts, over the **data passes** of a
+:class:`~pymc_sgmcmc.sampling.mode.ModeFinder`) and the **adapters** (step size, mass),
+which initialise themselves from the start-up and are driven by a
+:class:`~pymc_sgmcmc.sampling.tuning.Tuning`. Its
+:class:`~pymc_sgmcmc.sampling.step_trajectory.StepTrajectory` compiles ``n_steps``
+kernel steps into one function once per step method and draws all per-iteration
+randomness from the chain's generator; what one chain carries from draw to draw is its
+:class:`~pymc_sgmcmc.sampling.chain.Chain`. A public sampler is a subclass that names its
+kernel and passes its parameters; it overrides nothing.
 """
 
 from __future__ import annotations
@@ -28,22 +32,20 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
 
-from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
+from pymc_sgmcmc.adaptation.base import Adapter, ChainContext
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
 from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, ChainEstimator
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.minibatch import exact_target
-from pymc_sgmcmc.kernels.base import Kernel, tree_flatten
+from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import arguments, kernel_parameters, startup
 from pymc_sgmcmc.sampling.chain import Chain
 from pymc_sgmcmc.sampling.chain_checks import anchor_distance
-from pymc_sgmcmc.sampling.corrections import Trajectory, correction_for
+from pymc_sgmcmc.sampling.corrections import correction_for
 from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
-from pymc_sgmcmc.sampling.noise import measure_gradient_noise
 from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.statistics import (
@@ -52,15 +54,10 @@ from pymc_sgmcmc.sampling.statistics import (
     declared_stats,
     trajectory_stats,
 )
-from pymc_sgmcmc.sampling.trajectory import (
-    CompiledTrajectory,
-    TrajectoryArguments,
-    compile_step_trajectory,
-)
+from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
+from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
+from pymc_sgmcmc.sampling.tuning import Tuning
 from pymc_sgmcmc.sampling.whole_groups import WholeGroups
-
-_STALE = object()
-
 
 _log = logging.getLogger("pymc_sgmcmc")
 
@@ -194,13 +191,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             dim=self.dim, dtype=self._dtype,
         )  # fmt: skip
         self._mass_given = mass is not None or "metric" in (kernel_params or {})
-        # A fixed mass reports what a learned one would: no updates.
-        self._fixed_mass_stats = (
-            dict.fromkeys(WindowedMass.stats_dtypes_shapes, 0) if kernel.constant_metric else {}
-        )
-        self._trajectory: CompiledTrajectory | None = None
-        self._end_names = ["position", *(f"state.{n}" for n in kernel.resamples)]
-        self._call_arguments: TrajectoryArguments | None = None
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._data = CheckedData(
             model, self._flat.groups, name, allow_missing_total_size=self.allow_missing_total_size
@@ -227,7 +217,12 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             # (measured: a random walk, intercepts 10 sds off). It persists instead.
             self.refresh_every_trajectory = False
         self._start_up(step_size, anchor, anchor_every, dict(mode_kwargs or {}), step_jitter)
-        self._learning_adapters = tuple(a for a in self._adapters if a.learns)
+        self.tuning = Tuning(
+            self.step_size_adapter, self.mass_adapter, kernel=kernel,
+            damping=self._noise_damping, n_steps=self.n_steps, groups=self.groups,
+            reread_parameters=self._read_parameters, noise_variance=self.gradient_noise_variance,
+            noise_feeds_parameters=self._estimated_noise is not None,
+        )  # fmt: skip
         self._tune_iterations = self._draw_iterations = 0
         self._reset_chain()
         if self.groups is not None and np.ndim(self.params.metric.inverse) == 2:
@@ -237,7 +232,14 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                     "group's parameters with the others' momenta. Pass a vector mass= "
                     "(or mass_structure='diagonal'), or groups='auto'."
                 )
-            self.groups = self.estimator.grouping = None
+            self.groups = self.estimator.grouping = self.tuning.groups = None
+        self._trajectory = StepTrajectory(
+            kernel, self._flat, model=model, vars=self.vars, initial_point=self._initial_point,
+            dim=self.dim, n_steps=self.n_steps, minibatch=minibatch,
+            grouped=None if self.groups is None else self.groups.grouped,
+            record_gradient=self.tuning.record_gradient, gradient=self.gradient,
+            compile_kwargs=compile_kwargs,
+        )  # fmt: skip
         if kernel.validate is not None:
             logp = full_data_logp(model, self._flat, self.vars, self._initial_point)
             point = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
@@ -262,12 +264,14 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self, step_size: Any, anchor: Any, anchor_every: int, mode_kwargs: dict, jitter: float
     ) -> None:
         """Mode, anchor, estimator, metric and step-size adapter (:func:`startup.start_up`)."""
-        self._finder: ModeFinder | None = None
-        self._chunk_rows = mode_kwargs.pop("chunk_rows", None)
+        self.data_passes = ModeFinder(
+            self._model, self.vars, self._flat, self._n_rows, mode_kwargs.pop("chunk_rows", None),
+            self._compile_kwargs,
+        )  # fmt: skip
         groups = self.groups
         start = startup.start_up(
-            type(self).__name__, self.kernel, gradient=self.gradient, passes=self._mode_finder,
-            rows_read=self._rows_touched, step_size=step_size, anchor=anchor,
+            type(self).__name__, self.kernel, gradient=self.gradient, passes=self.data_passes,
+            step_size=step_size, anchor=anchor,
             anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=jitter,
             grouping=None if groups is None else groups.grouping,
             centred_groups=groups is not None and groups.interweaving is None,
@@ -297,9 +301,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             step_size_adapter=self.step_size_adapter,
             inflation=None if groups is None else groups.noise_inflation, dtype=self._dtype,
         )  # fmt: skip
-        # Every array but the step size, by compiled input name.
-        self._param_inputs = {f"params.{k}": v for k, v in tree_flatten(self.params)[1:]}
-        self._inputs_anchor = self._inputs_groups = _STALE  # the constants are filled again
 
     @property
     def mass(self):
@@ -355,14 +356,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self.step_size_adapter.schedule = schedule
 
     @property
-    def _adapters(self) -> list[Adapter]:
-        return [a for a in (self.step_size_adapter, self.mass_adapter) if a is not None]
-
-    @property
-    def _record_gradient(self) -> bool:
-        return self.mass_adapter is not None and self.mass_adapter.needs_gradient
-
-    @property
     def _noise_damping(self) -> float:
         """``C`` of the gradient-noise ratio: the kernel's friction or diffusion, else 1."""
         name = self.kernel.noise_damping
@@ -370,51 +363,18 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     # -- compiled pieces -------------------------------------------------------------
 
-    def _mode_finder(self) -> ModeFinder:
-        """The full-data and subsample passes (compiled on first use)."""
-        if self._finder is None:
-            self._finder = ModeFinder(
-                self._model, self.vars, self._flat, self._n_rows, self._chunk_rows,
-                self._compile_kwargs,
-            )  # fmt: skip
-        return self._finder
-
-    def _rows_touched(self) -> int:
-        return self._finder.rows_touched if self._finder is not None else 0
-
     @property
     def trajectory_function(self) -> CompiledTrajectory:
         """The compiled trajectory (compiled on first use, once per step method)."""
-        if self._trajectory is None or self._trajectory.function is None:
-            self._trajectory = self._compile()
-        if self._call_arguments is None:
-            self._call_arguments = TrajectoryArguments(
-                self._trajectory, self.kernel, self.n_steps, self.dim, self._dtype
-            )
-            self._inputs_anchor = _STALE
-        return self._trajectory
-
-    def _compile(self) -> CompiledTrajectory:
-        exact = None
-        if self.kernel.energy is not None:
-            exact = full_data_logp(self._model, self._flat, self.vars, self._initial_point)
-        return compile_step_trajectory(
-            self.kernel, self._flat, self.params, model=self._model, dim=self.dim,
-            n_steps=self.n_steps,
-            minibatch=self.minibatch, grouped=None if self.groups is None else self.groups.grouped,
-            record_gradient=self._record_gradient, exact_logp=exact, gradient=self.gradient,
-            compile_kwargs=self._compile_kwargs,
-        )  # fmt: skip
+        return self._trajectory.compiled(self.params)
 
     def __getstate__(self) -> dict:
         # pm.sample(cores > 1) with a "spawn" or "forkserver" start method sends the step
-        # method to each worker process. It takes its compiled functions along, the
-        # trajectory compiled here once: a worker only links them again
-        # (core/compilation.py's LinkedWhereUnpickled), where it spent 53 s compiling RHMC's.
+        # method to each worker process, compiled trajectory included: a worker only
+        # links it again (core/compilation.py's LinkedWhereUnpickled), where it spent
+        # 53 s compiling RHMC's.
         self.trajectory_function  # noqa: B018 - compiled once, before pickling
-        state = self.__dict__.copy()
-        state["_call_arguments"] = None  # bound again to the unpickled function
-        return state
+        return self.__dict__.copy()
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -443,8 +403,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         if self.groups is not None:
             self.groups.reset_chain()
         self.__dict__.pop("_chain", None)  # the tuning length may have changed
-        for adapter in self._adapters:
-            adapter.init_chain(self._chain_context())
+        self.tuning.init_chain(self._chain_context())
         self._read_parameters()
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:
@@ -458,7 +417,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         # Read once per chain: the data may have been replaced with pm.set_data.
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         if self._data.check(self._n_rows):
-            self._mode_finder().set_n_rows(self._n_rows)
+            self.data_passes.set_n_rows(self._n_rows)
             # Without a new pass there, an anchor's full-data gradient would be stale.
             self.estimator.data_replaced()
         self._tune_iterations, self._draw_iterations = int(tune), int(draws)
@@ -468,8 +427,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     def stop_tuning(self) -> None:
         """End the tuning phase; adapters freeze what they learned."""
         self.chain.tune = False
-        for adapter in self._adapters:
-            adapter.finalize()
+        self.tuning.finalize()
         self._read_parameters()
         self.chain.divergence_log.consecutive = 0
         self.chain.estimator.noise.reset()  # measured afresh at the frozen step and metric
@@ -485,8 +443,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     def draw_rows(self) -> list[np.ndarray]:
         """Rows of every minibatch of one trajectory, with replacement as pm.Minibatch."""
-        self.trajectory_function  # noqa: B018 - compiled, and its arguments bound
-        return self._call_arguments.draw_rows(self.rng, self._n_rows)
+        return self._trajectory.draw_rows(self.params, self.rng, self._n_rows)
 
     def _normal(self, *shape: int) -> np.ndarray:
         return self.rng.standard_normal(shape).astype(self._dtype, copy=False)
@@ -500,33 +457,26 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         Draws the normal noise and the minibatch rows from the chain's generator.
         """
         names = self.trajectory_function.input_names
-        return dict(zip(names, self._trajectory_arguments(position, step_size), strict=True))
+        arguments = self._trajectory.arguments(
+            self.params, position, step_size=step_size, **self._chain_inputs(position)
+        )
+        return dict(zip(names, arguments, strict=True))
 
-    def _trajectory_arguments(self, position: np.ndarray, step_size: float) -> list[Any]:
-        """The compiled call's arguments, each in the slot of its input's name."""
-        self.trajectory_function  # noqa: B018 - compiled, and its arguments bound
-        if self.chain.kernel_state is None:
-            self.chain.kernel_state = self._fresh_state(position)
-            self.chain.refresh_pending = self.kernel.refresh_first
-        groups = self.groups
-        per_step = None if groups is None else groups.groups_per_step
-        anchor = self.chain.estimator.anchor
-        if anchor is not self._inputs_anchor or per_step != self._inputs_groups:
-            # Parameters, anchor and K change rarely: their slots are filled once each.
-            constants = self._param_inputs | self.chain.estimator.inputs()
-            if groups is not None:
-                constants |= groups.inputs(self._dtype)
-            self._call_arguments.set_constants(constants)
-            self._inputs_anchor, self._inputs_groups = anchor, per_step
-        return self._call_arguments.draw(
-            position, self.chain.kernel_state[1:], step_size,
-            refresh=self.refresh_every_trajectory or self.chain.refresh_pending,
-            rng=self.rng, n_rows=self._n_rows, groups=groups,
+    def _chain_inputs(self, position: np.ndarray) -> dict[str, Any]:
+        """What a trajectory from ``position`` takes from the chain (a fresh state at first)."""
+        chain = self.chain
+        if chain.kernel_state is None:
+            chain.kernel_state = self._fresh_state(position)
+            chain.refresh_pending = self.kernel.refresh_first
+        return dict(
+            state_fields=chain.kernel_state[1:],
+            refresh=self.refresh_every_trajectory or chain.refresh_pending,
+            rng=self.rng, n_rows=self._n_rows, estimator=chain.estimator, groups=self.groups,
         )  # fmt: skip
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
-        fn, kernel, chain = self.trajectory_function, self.kernel, self.chain
+        kernel, chain = self.kernel, self.chain
         if chain.iteration == 0 and chain.kernel_state is None:
             default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
             start = startup.chain_start(
@@ -537,17 +487,13 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         chain.estimator.before_trajectory(q0.data, chain.iteration)
         if chain.estimator.probe_due(chain.iteration, chain.tune):
             probes = NOISE_PROBES_AT_START if chain.iteration == 0 else 1
-            self._measure_gradient_noise(q0.data, probes)
+            self.tuning.probe_noise(chain, q0.data, probes)
         step_size = self.step_size_adapter.current(chain.iteration, self.rng)
-        outputs = fn(*self._trajectory_arguments(q0.data, step_size))
-        chain.iteration += 1
-        at = fn.index
-        end = kernel.state_type(*[outputs[at[n]] for n in self._end_names])
-        gradient = outputs[at["gradient"]] if self._record_gradient else None
-        trajectory = Trajectory(
-            kernel, self.params, q0.data, end, outputs, at, gradient, step_size, self.n_steps,
-            self._fresh_state,
+        trajectory = self._trajectory.run(
+            self.params, q0.data, step_size=step_size, fresh_state=self._fresh_state,
+            **self._chain_inputs(q0.data),
         )  # fmt: skip
+        chain.iteration += 1
         kept = self.correction.apply(trajectory, self.rng)
         # A fresh state's momentum may be the first trajectory's to draw.
         chain.refresh_pending = kept.restarted and kernel.refresh_first
@@ -565,10 +511,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             tuning_step_size=chain.tune and self.step_size_adapter.learns,
         )  # fmt: skip
         chain.kernel_state, chain.position_gradient = kept.state, kept.gradient
-        stats = trajectory_stats(
-            kernel, kept, outputs, at, step_size=step_size, n_steps=self.n_steps,
-            divergences=chain.divergence_log.divergences,
-        )  # fmt: skip
+        stats = trajectory_stats(trajectory, kept, chain.divergence_log.divergences)
         if kernel.measures_noise:
             ratio = chain.estimator.noise.ratio(step_size, self._noise_damping)
             stats["gradient_noise"] = ratio if self._flat.groups else 0.0
@@ -580,10 +523,11 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         if chain.tune:
             position = None if kept.diverging else kept.state.position
             chain.estimator.follow_tuning(position, chain.iteration - 1, self._dtype)
-        if self._learning_adapters:
-            self._adapt(kept.state, kept.gradient, kept.diverging, kept.accept)
-        mass = self.mass_adapter
-        stats.update(mass.stats() if mass is not None else self._fixed_mass_stats)
+        self.tuning.after_iteration(
+            chain, self._chain_context(), kept.state, kept.gradient, diverging=kept.diverging,
+            accept=kept.accept,
+        )  # fmt: skip
+        stats.update(self.tuning.stats())
         if not chain.tune:
             chain.record_draw(stats, type(self).__name__)
         return RaveledVars(kept.state.position, q0.point_map_info), [stats]
@@ -605,50 +549,3 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self._n_rows,
             self.params.metric if metric is None else metric,
         )
-
-    def _measure_gradient_noise(self, position: np.ndarray, probes: int) -> None:
-        fed = measure_gradient_noise(
-            self.chain.estimator.noise, lambda: self.gradient_noise_variance(position), probes,
-            tuning=self.chain.tune, step_size_adapter=self.step_size_adapter,
-            damping=self._noise_damping, n_steps=self.n_steps, groups=self.groups,
-            inflated=self._noise_inflated,
-        )  # fmt: skip
-        if fed and self._estimated_noise is not None:
-            self._read_parameters()
-
-    def _noise_inflated(self) -> None:
-        self._read_parameters()
-        self.chain.refresh_pending = self.kernel.refresh is not None
-
-    # -- after the trajectory --------------------------------------------------------
-
-    def _adapt(self, state, gradient, diverging: bool, accept: float) -> None:
-        """Hand the finished iteration to the adapters that learn; re-read what changed."""
-        learning = [a for a in self._learning_adapters if a.active(self.chain.tune)]
-        if not learning:
-            return
-        result = IterationResult(
-            iteration=self.chain.iteration - 1,
-            tune=self.chain.tune,
-            position=state.position,
-            state=state,
-            gradient=gradient,
-            step_size=self.step_size_adapter.nominal(self.chain.iteration),
-            diverging=diverging,
-            accept=accept,
-        )
-        chain = self._chain_context()
-        changed: frozenset[str] = frozenset()
-        for adapter in learning:
-            changed |= adapter.update(result, chain)
-        if not changed:
-            return
-        self._read_parameters()
-        if "metric" in changed:
-            # A carried momentum must follow N(0, M) under the new mass.
-            self.chain.refresh_pending = self.kernel.refresh is not None
-            # The step size was learned in the old metric's units.
-            self.step_size_adapter.restart()
-            self.chain.estimator.noise.reset()
-            if self.chain.estimator.probe_due(self.chain.iteration, self.chain.tune):
-                self._measure_gradient_noise(state.position, NOISE_PROBES_AT_START)
