@@ -1,21 +1,54 @@
-"""One chain's progress: what a step method carries from one draw to the next.
+"""One chain: what it carries from one draw to the next, and how it makes a draw.
 
-The step method holds what is fixed for every chain it runs (the kernel, the compiled
-trajectory, the estimator, the correction); a :class:`Chain` holds what one chain
-changes as it goes, and PyMC's ``sampling_state`` saves and restores it whole.
+The step method holds what is fixed for every chain it runs and hands it to each chain
+as one :class:`ChainParts` value (the kernel, the compiled trajectory, the correction,
+the adapters' loop, the groups); a :class:`Chain` holds what one chain changes as it goes,
+which PyMC's ``sampling_state`` saves and restores whole, and makes one draw
+(:meth:`Chain.advance`) from those parts.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple
 
 import numpy as np
 from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass_state
 
-from pymc_sgmcmc.gradients.estimators import ChainEstimator
-from pymc_sgmcmc.sampling.chain_checks import chain_check_messages
-from pymc_sgmcmc.sampling.corrections import DivergenceLog
+from pymc_sgmcmc.adaptation.base import ChainContext
+from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, ChainEstimator
+from pymc_sgmcmc.kernels.base import Kernel
+from pymc_sgmcmc.sampling.chain_checks import anchor_distance, chain_check_messages
+from pymc_sgmcmc.sampling.corrections import DivergenceLog, DivergenceRestart, MetropolisTest
+from pymc_sgmcmc.sampling.statistics import checked_stats, trajectory_stats
+from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
+from pymc_sgmcmc.sampling.tuning import Tuning
+
+
+class ChainParts(NamedTuple):
+    """What a step method hands each of its chains: fixed while a chain runs."""
+
+    kernel: Kernel
+    trajectory: StepTrajectory
+    """The compiled trajectory and its arguments."""
+    correction: MetropolisTest | DivergenceRestart
+    """What keeps or restarts a trajectory's end."""
+    tuning: Tuning
+    """The adapters, and the kernel's current parameters."""
+    groups: Any
+    """Minibatches of whole groups (:class:`~pymc_sgmcmc.sampling.whole_groups.WholeGroups`),
+    or None."""
+    start: Callable[..., np.ndarray]
+    """``start(position, rng=)``: where a chain starts
+    (:func:`~pymc_sgmcmc.sampling.startup.chain_start` with the step's options)."""
+    refresh_every_trajectory: bool
+    minibatched: bool
+    """Whether the model has ``pm.Minibatch`` data (else no gradient noise to report)."""
+    sampler: str
+    dim: int
+    dtype: Any
 
 
 @dataclass_state
@@ -37,13 +70,14 @@ class Chain(WithSamplingState):
 
     Parameters
     ----------
+    parts : ChainParts
+        What the step method hands its chains.
     estimator : ChainEstimator
         The chain's gradient estimator (its anchor, tuning windows and noise record).
+    n_rows : list of int
+        Rows of the data behind each ``pm.Minibatch`` call.
     tune_iterations, draw_iterations : int
         Lengths of the chain's two phases.
-    stat_names : iterable of str
-        The statistics checked when the chain ends
-        (:func:`~pymc_sgmcmc.sampling.chain_checks.chain_check_messages`).
 
     Attributes
     ----------
@@ -68,12 +102,13 @@ class Chain(WithSamplingState):
 
     def __init__(
         self,
+        parts: ChainParts,
         estimator: ChainEstimator,
+        n_rows: list[int],
         tune_iterations: int,
         draw_iterations: int,
-        stat_names: Any,
     ) -> None:
-        self.estimator = estimator
+        self.parts, self.estimator, self.n_rows = parts, estimator, n_rows
         self.tune_iterations, self.draw_iterations = tune_iterations, draw_iterations
         self.iteration = 0
         self.tune = True
@@ -81,7 +116,9 @@ class Chain(WithSamplingState):
         self.refresh_pending = False
         self.position_gradient: np.ndarray | None = None
         self.divergence_log = DivergenceLog()
-        self.draw_stats: dict[str, list[float]] = {name: [] for name in stat_names}
+        # Checked when the chain ends (chain_checks.chain_check_messages).
+        self.draw_stats: dict[str, list[float]] = {name: [] for name in checked_stats(parts.kernel)}
+        self._context: ChainContext | None = None
 
     def record_draw(self, stats: dict[str, Any], sampler: str) -> None:
         """Keep a draw's checked statistics; at the chain's last draw, warn on them."""
@@ -92,3 +129,95 @@ class Chain(WithSamplingState):
             for message in chain_check_messages(sampler, self.draw_stats):
                 # Past astep: PyMC's step, whose caller is its sampling loop.
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def context(self, rng: np.random.Generator) -> ChainContext:
+        """What the adapters may know of the chain (kept while ``rng`` is the same)."""
+        # Built at every iteration it cost a microsecond.
+        if self._context is None or self._context.rng is not rng:
+            parts = self.parts
+            self._context = ChainContext(
+                rng, parts.dim, parts.dtype, parts.sampler, self.tune_iterations
+            )
+        return self._context
+
+    def fresh_state(self, position: np.ndarray, rng: np.random.Generator) -> Any:
+        """A new kernel state at ``position`` (its momentum drawn from ``rng``)."""
+        parts = self.parts
+        momentum = rng.standard_normal(parts.dim).astype(parts.dtype, copy=False)
+        return parts.kernel.init(position, momentum, parts.tuning.params)
+
+    def inputs(self, position: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:
+        """What a trajectory from ``position`` takes from the chain (a fresh state at first).
+
+        The keyword arguments of
+        :meth:`~pymc_sgmcmc.sampling.step_trajectory.StepTrajectory.arguments` besides
+        the parameters, the position and the step size.
+        """
+        parts = self.parts
+        if self.kernel_state is None:
+            self.kernel_state = self.fresh_state(position, rng)
+            self.refresh_pending = parts.kernel.refresh_first
+        return dict(
+            state_fields=self.kernel_state[1:],
+            refresh=parts.refresh_every_trajectory or self.refresh_pending,
+            rng=rng, n_rows=self.n_rows, estimator=self.estimator, groups=parts.groups,
+        )  # fmt: skip
+
+    def advance(self, position: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+        """One draw from ``position``: its kept position and its statistics.
+
+        In this order: the chain's start (at its first draw), the estimator's anchor and
+        noise probe, the step size, one compiled trajectory, the correction, the groups'
+        exact moves, the divergence record, the statistics, the adapters.
+        """
+        parts = self.parts
+        kernel, tuning = parts.kernel, parts.tuning
+        if self.iteration == 0 and self.kernel_state is None:
+            position = parts.start(position, rng=rng)
+        self.estimator.before_trajectory(position, self.iteration)
+        if self.estimator.probe_due(self.iteration, self.tune):
+            probes = NOISE_PROBES_AT_START if self.iteration == 0 else 1
+            tuning.probe_noise(self, position, probes)
+        step_size = tuning.step_size_adapter.current(self.iteration, rng)
+        trajectory = parts.trajectory.run(
+            tuning.params, position, step_size=step_size,
+            fresh_state=partial(self.fresh_state, rng=rng), **self.inputs(position, rng),
+        )  # fmt: skip
+        self.iteration += 1
+        kept = parts.correction.apply(trajectory, rng)
+        # A fresh state's momentum may be the first trajectory's to draw.
+        self.refresh_pending = kept.restarted and kernel.refresh_first
+        if parts.groups is not None and kept.finite and not kept.diverging:
+            moved = parts.groups.after_trajectory(
+                kept.state.position, rng, tune=self.tune, iteration=self.iteration - 1,
+                inverse_mass=tuning.params.metric.inverse,
+            )  # fmt: skip
+            # The gradient there is the old position's: the adapters that asked get none.
+            kept = kept._replace(state=kept.state._replace(position=moved), gradient=None)
+        self.divergence_log.record(
+            kept.diverging, sampler=parts.sampler, kernel=kernel, iteration=self.iteration,
+            step_size=step_size,
+            # Part of tuning: the step size shrinks (dual averaging, or halving).
+            tuning_step_size=self.tune and tuning.step_size_adapter.learns,
+        )  # fmt: skip
+        self.kernel_state, self.position_gradient = kept.state, kept.gradient
+        stats = trajectory_stats(trajectory, kept, self.divergence_log.divergences)
+        if kernel.measures_noise:
+            ratio = self.estimator.noise.ratio(step_size, tuning.damping)
+            stats["gradient_noise"] = ratio if parts.minibatched else 0.0
+            anchor = self.estimator.anchor
+            stats["anchor_distance"] = anchor_distance(
+                kept.state.position, None if anchor is None else anchor.position,
+                tuning.posterior_sd,
+            )  # fmt: skip
+        if self.tune:
+            at = None if kept.diverging else kept.state.position
+            self.estimator.follow_tuning(at, self.iteration - 1, parts.dtype)
+        tuning.after_iteration(
+            self, self.context(rng), kept.state, kept.gradient, diverging=kept.diverging,
+            accept=kept.accept,
+        )  # fmt: skip
+        stats.update(tuning.stats())
+        if not self.tune:
+            self.record_draw(stats, parts.sampler)
+        return kept.state.position, stats

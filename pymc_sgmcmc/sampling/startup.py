@@ -17,9 +17,11 @@ from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize, StepSizeAdapter
 from pymc_sgmcmc.core.validation import check_choice
 from pymc_sgmcmc.gradients.estimators import Grouping, MinibatchEstimator, make_estimator
 from pymc_sgmcmc.gradients.full_data import Anchor
+from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import kernel_parameters, noise
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
+from pymc_sgmcmc.sampling.model_graph import full_data_logp
 from pymc_sgmcmc.sampling.trajectory import ANCHORED_GRADIENTS, GRADIENTS
 
 MODE_SEARCH_DEFAULTS = {"adam_steps": 500, "learning_rate": 0.05, "maxiter": 1000, "gtol": 1e-8}
@@ -302,3 +304,37 @@ def chain_start(
     else:
         offset = np.linalg.cholesky(covariance) @ z
     return (mode.position + offset).astype(dtype)
+
+
+def validate_kernel(
+    sampler: str,
+    kernel: Kernel,
+    params: Any,
+    model: Any,
+    graph: Any,
+    vars: list,
+    initial_point: dict[str, np.ndarray],
+) -> None:
+    """The kernel's own check of its parameters on the model's full-data log density.
+
+    At the initial point, before any chain (e.g. a Riemannian metric evaluated once:
+    the kernel's ``validate``).
+    """
+    logp = full_data_logp(model, graph, vars, initial_point)
+    point = np.concatenate([np.ravel(initial_point[v.name]) for v in vars])
+    position = graph.position
+    target = exact_target(logp, position)
+    kernel.validate(params, target, position, point.astype(position.dtype), sampler)
+
+
+def setup_summary(
+    sampler: str, seconds: float, mode_seconds: float | None, rows_read: int, n_rows: int
+) -> str:
+    """One line on what the set-up cost: its time, the mode search's, the rows read."""
+    parts = []
+    if mode_seconds is not None:
+        parts.append(f"mode search {mode_seconds:.1f} s")
+    if n_rows and rows_read:
+        parts.append(f"rows read: {rows_read / n_rows:.1f}× the data")
+    detail = f" ({'; '.join(parts)})" if parts else ""
+    return f"{sampler}: set-up took {seconds:.1f} s{detail}"

@@ -10,9 +10,10 @@ mode, Laplace covariance, chain starts, over the **data passes** of a
 which initialise themselves from the start-up and are driven by a
 :class:`~pymc_sgmcmc.sampling.tuning.Tuning`. Its
 :class:`~pymc_sgmcmc.sampling.step_trajectory.StepTrajectory` compiles ``n_steps``
-kernel steps into one function once per step method and draws all per-iteration
-randomness from the chain's generator; what one chain carries from draw to draw is its
-:class:`~pymc_sgmcmc.sampling.chain.Chain`. A public sampler is a subclass that names its
+kernel steps into one function once per step method. Each chain is a
+:class:`~pymc_sgmcmc.sampling.chain.Chain`, handed these parts: what it carries from draw
+to draw, and its draw (``astep`` is one call of it), with all randomness from the
+chain's generator. A public sampler is a subclass that names its
 kernel and passes its parameters; it overrides nothing.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,28 +34,21 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import get_value_vars_from_user_vars
 from pymc.vartypes import continuous_types
 
-from pymc_sgmcmc.adaptation.base import Adapter, ChainContext
+from pymc_sgmcmc.adaptation.base import Adapter
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, ChainEstimator
+from pymc_sgmcmc.gradients.estimators import ChainEstimator
 from pymc_sgmcmc.gradients.graphs import FlatLogp
-from pymc_sgmcmc.gradients.minibatch import exact_target
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import arguments, kernel_parameters, startup
-from pymc_sgmcmc.sampling.chain import Chain
-from pymc_sgmcmc.sampling.chain_checks import anchor_distance
+from pymc_sgmcmc.sampling.chain import Chain, ChainParts
 from pymc_sgmcmc.sampling.corrections import correction_for
 from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
-from pymc_sgmcmc.sampling.model_graph import flat_logp, full_data_logp
+from pymc_sgmcmc.sampling.model_graph import flat_logp
 from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
 from pymc_sgmcmc.sampling.spheres import sphere_layout
-from pymc_sgmcmc.sampling.statistics import (
-    GENERIC_STATS,
-    checked_stats,
-    declared_stats,
-    trajectory_stats,
-)
+from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
 from pymc_sgmcmc.sampling.tuning import Tuning
@@ -220,8 +215,16 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self.tuning = Tuning(
             self.step_size_adapter, self.mass_adapter, kernel=kernel,
             damping=self._noise_damping, n_steps=self.n_steps, groups=self.groups,
-            reread_parameters=self._read_parameters, noise_variance=self.gradient_noise_variance,
+            fixed_parameters=self._fixed_params, dtype=self._dtype,
+            noise_variance=self.gradient_noise_variance,
             noise_feeds_parameters=self._estimated_noise is not None,
+        )  # fmt: skip
+        self._trajectory = StepTrajectory(
+            kernel, self._flat, model=model, vars=self.vars, initial_point=self._initial_point,
+            dim=self.dim, n_steps=self.n_steps, minibatch=minibatch,
+            grouped=None if self.groups is None else self.groups.grouped,
+            record_gradient=self.tuning.record_gradient, gradient=self.gradient,
+            compile_kwargs=compile_kwargs,
         )  # fmt: skip
         self._tune_iterations = self._draw_iterations = 0
         self._reset_chain()
@@ -233,32 +236,19 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                     "(or mass_structure='diagonal'), or groups='auto'."
                 )
             self.groups = self.estimator.grouping = self.tuning.groups = None
-        self._trajectory = StepTrajectory(
-            kernel, self._flat, model=model, vars=self.vars, initial_point=self._initial_point,
-            dim=self.dim, n_steps=self.n_steps, minibatch=minibatch,
-            grouped=None if self.groups is None else self.groups.grouped,
-            record_gradient=self.tuning.record_gradient, gradient=self.gradient,
-            compile_kwargs=compile_kwargs,
-        )  # fmt: skip
+            self._trajectory.grouped = None
+            self.chain.parts = self._chain_parts()
         if kernel.validate is not None:
-            logp = full_data_logp(model, self._flat, self.vars, self._initial_point)
-            point = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
-            position = self._flat.position
-            target = exact_target(logp, position)
-            kernel.validate(self.params, target, position, point.astype(self._dtype), name)
+            startup.validate_kernel(
+                name, kernel, self.params, model, self._flat, self.vars, self._initial_point
+            )
         self.setup_seconds = time.perf_counter() - started
-        _log.info(self._setup_summary())
-
-    def _setup_summary(self) -> str:
-        """One line on what the set-up cost: its time, the mode search's, the rows read."""
-        parts = []
-        if self.mode_seconds is not None:
-            parts.append(f"mode search {self.mode_seconds:.1f} s")
-        rows = sum(self._n_rows)
-        if rows and self.rows_touched_by_setup:
-            parts.append(f"rows read: {self.rows_touched_by_setup / rows:.1f}× the data")
-        detail = f" ({'; '.join(parts)})" if parts else ""
-        return f"{type(self).__name__}: set-up took {self.setup_seconds:.1f} s{detail}"
+        _log.info(
+            startup.setup_summary(
+                name, self.setup_seconds, self.mode_seconds, self.rows_touched_by_setup,
+                sum(self._n_rows),
+            )
+        )  # fmt: skip
 
     def _start_up(
         self, step_size: Any, anchor: Any, anchor_every: int, mode_kwargs: dict, jitter: float
@@ -293,14 +283,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     # -- parameters and what the step shows ---------------------------------------------
 
-    def _read_parameters(self) -> None:
-        """Assemble the kernel's parameters from the fixed ones and the adapters'."""
-        groups = self.__dict__.get("groups")
-        self.params, self._posterior_sd = kernel_parameters.assembled_parameters(
-            self.kernel, self._fixed_params, mass_adapter=self.mass_adapter,
-            step_size_adapter=self.step_size_adapter,
-            inflation=None if groups is None else groups.noise_inflation, dtype=self._dtype,
-        )  # fmt: skip
+    @property
+    def params(self) -> Any:
+        """The kernel's current parameters (the step size NaN: it is set per trajectory)."""
+        return self.tuning.params
 
     @property
     def mass(self):
@@ -344,7 +330,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     @sampling_state.setter
     def sampling_state(self, state: StochasticGradientState) -> None:
         ArrayStepShared.sampling_state.fset(self, state)
-        self._read_parameters()  # the adapters may own parameters, e.g. the mass
+        self.tuning.read_parameters()  # the adapters may own parameters, e.g. the mass
 
     @property
     def schedule(self):
@@ -382,15 +368,17 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     # -- chain life cycle ------------------------------------------------------------
 
-    def _chain_context(self) -> ChainContext:
-        # Cached: built at every iteration it cost a microsecond. Rebuilt when the
-        # generator is replaced (setup_chain, sampling_state).
-        chain = self.__dict__.get("_chain")
-        if chain is None or chain.rng is not self.rng:
-            chain = self._chain = ChainContext(
-                self.rng, self.dim, self._dtype, type(self).__name__, self._tune_iterations
-            )
-        return chain
+    def _chain_parts(self) -> ChainParts:
+        default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
+        start = partial(
+            startup.chain_start, start=self.start, mode=self.mode, default=default,
+            dtype=self._dtype,
+        )  # fmt: skip
+        return ChainParts(
+            self.kernel, self._trajectory, self.correction, self.tuning, self.groups, start,
+            self.refresh_every_trajectory, bool(self._flat.groups), type(self).__name__,
+            self.dim, self._dtype,
+        )  # fmt: skip
 
     def _reset_chain(self) -> None:
         estimator = ChainEstimator(
@@ -398,13 +386,13 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             measures_noise=self.kernel.measures_noise and bool(self._flat.groups),
         )  # fmt: skip
         self.chain = Chain(
-            estimator, self._tune_iterations, self._draw_iterations, checked_stats(self.kernel)
-        )
+            self._chain_parts(), estimator, self._n_rows, self._tune_iterations,
+            self._draw_iterations,
+        )  # fmt: skip
         if self.groups is not None:
             self.groups.reset_chain()
-        self.__dict__.pop("_chain", None)  # the tuning length may have changed
-        self.tuning.init_chain(self._chain_context())
-        self._read_parameters()
+        self.tuning.init_chain(self.chain.context(self.rng))
+        self.tuning.read_parameters()
 
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         """Re-seed from the chain's generator and reset the chain's state."""
@@ -428,7 +416,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         """End the tuning phase; adapters freeze what they learned."""
         self.chain.tune = False
         self.tuning.finalize()
-        self._read_parameters()
+        self.tuning.read_parameters()
         self.chain.divergence_log.consecutive = 0
         self.chain.estimator.noise.reset()  # measured afresh at the frozen step and metric
 
@@ -445,12 +433,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         """Rows of every minibatch of one trajectory, with replacement as pm.Minibatch."""
         return self._trajectory.draw_rows(self.params, self.rng, self._n_rows)
 
-    def _normal(self, *shape: int) -> np.ndarray:
-        return self.rng.standard_normal(shape).astype(self._dtype, copy=False)
-
-    def _fresh_state(self, position: np.ndarray) -> Any:
-        return self.kernel.init(position, self._normal(self.dim), self.params)
-
     def trajectory_inputs(self, position: np.ndarray, step_size: float) -> dict[str, Any]:
         """The inputs of one trajectory from ``position`` by name, drawn as a chain draws.
 
@@ -458,79 +440,14 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         """
         names = self.trajectory_function.input_names
         arguments = self._trajectory.arguments(
-            self.params, position, step_size=step_size, **self._chain_inputs(position)
+            self.params, position, step_size=step_size, **self.chain.inputs(position, self.rng)
         )
         return dict(zip(names, arguments, strict=True))
 
-    def _chain_inputs(self, position: np.ndarray) -> dict[str, Any]:
-        """What a trajectory from ``position`` takes from the chain (a fresh state at first)."""
-        chain = self.chain
-        if chain.kernel_state is None:
-            chain.kernel_state = self._fresh_state(position)
-            chain.refresh_pending = self.kernel.refresh_first
-        return dict(
-            state_fields=chain.kernel_state[1:],
-            refresh=self.refresh_every_trajectory or chain.refresh_pending,
-            rng=self.rng, n_rows=self._n_rows, estimator=chain.estimator, groups=self.groups,
-        )  # fmt: skip
-
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
-        """Run one trajectory of ``n_steps`` kernel steps from ``q0``."""
-        kernel, chain = self.kernel, self.chain
-        if chain.iteration == 0 and chain.kernel_state is None:
-            default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
-            start = startup.chain_start(
-                q0.data, start=self.start, mode=self.mode, default=default, rng=self.rng,
-                dtype=self._dtype,
-            )  # fmt: skip
-            q0 = RaveledVars(start, q0.point_map_info)
-        chain.estimator.before_trajectory(q0.data, chain.iteration)
-        if chain.estimator.probe_due(chain.iteration, chain.tune):
-            probes = NOISE_PROBES_AT_START if chain.iteration == 0 else 1
-            self.tuning.probe_noise(chain, q0.data, probes)
-        step_size = self.step_size_adapter.current(chain.iteration, self.rng)
-        trajectory = self._trajectory.run(
-            self.params, q0.data, step_size=step_size, fresh_state=self._fresh_state,
-            **self._chain_inputs(q0.data),
-        )  # fmt: skip
-        chain.iteration += 1
-        kept = self.correction.apply(trajectory, self.rng)
-        # A fresh state's momentum may be the first trajectory's to draw.
-        chain.refresh_pending = kept.restarted and kernel.refresh_first
-        if self.groups is not None and kept.finite and not kept.diverging:
-            moved = self.groups.after_trajectory(
-                kept.state.position, self.rng, tune=chain.tune, iteration=chain.iteration - 1,
-                inverse_mass=self.params.metric.inverse,
-            )  # fmt: skip
-            # The gradient there is the old position's: the adapters that asked get none.
-            kept = kept._replace(state=kept.state._replace(position=moved), gradient=None)
-        chain.divergence_log.record(
-            kept.diverging, sampler=type(self).__name__, kernel=kernel,
-            iteration=chain.iteration, step_size=step_size,
-            # Part of tuning: the step size shrinks (dual averaging, or halving).
-            tuning_step_size=chain.tune and self.step_size_adapter.learns,
-        )  # fmt: skip
-        chain.kernel_state, chain.position_gradient = kept.state, kept.gradient
-        stats = trajectory_stats(trajectory, kept, chain.divergence_log.divergences)
-        if kernel.measures_noise:
-            ratio = chain.estimator.noise.ratio(step_size, self._noise_damping)
-            stats["gradient_noise"] = ratio if self._flat.groups else 0.0
-            anchor = self.anchor
-            stats["anchor_distance"] = anchor_distance(
-                kept.state.position, None if anchor is None else anchor.position,
-                self._posterior_sd,
-            )  # fmt: skip
-        if chain.tune:
-            position = None if kept.diverging else kept.state.position
-            chain.estimator.follow_tuning(position, chain.iteration - 1, self._dtype)
-        self.tuning.after_iteration(
-            chain, self._chain_context(), kept.state, kept.gradient, diverging=kept.diverging,
-            accept=kept.accept,
-        )  # fmt: skip
-        stats.update(self.tuning.stats())
-        if not chain.tune:
-            chain.record_draw(stats, type(self).__name__)
-        return RaveledVars(kept.state.position, q0.point_map_info), [stats]
+        """Run one trajectory of ``n_steps`` kernel steps from ``q0`` (a chain's draw)."""
+        position, stats = self.chain.advance(q0.data, self.rng)
+        return RaveledVars(position, q0.point_map_info), [stats]
 
     # -- gradient noise --------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 :class:`Tuning` hands each finished iteration to the adapters that learn (the step size,
 the mass), feeds the step-size adapter the gradient noise the chain's estimator measures,
-and says what a change means for the chain: its parameters are read again; a new metric
+and says what a change means for the chain: the kernel's parameters, which it assembles
+from the fixed ones and the adapters', are read again; a new metric
 also refreshes the carried momentum, restarts the step size (learned in the old metric's
 units) and measures the noise afresh.
 """
@@ -10,7 +11,7 @@ units) and measures the noise afresh.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,8 +19,11 @@ from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
 from pymc_sgmcmc.adaptation.windowed_mass import WindowedMass
 from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START
 from pymc_sgmcmc.kernels.base import Kernel
-from pymc_sgmcmc.sampling.chain import Chain
+from pymc_sgmcmc.sampling import kernel_parameters
 from pymc_sgmcmc.sampling.noise import measure_gradient_noise
+
+if TYPE_CHECKING:
+    from pymc_sgmcmc.sampling.chain import Chain
 
 
 class Tuning:
@@ -39,8 +43,10 @@ class Tuning:
         Integrator steps per trajectory.
     groups : WholeGroups, optional
         Minibatches of whole groups, whose masses and sizes follow the noise.
-    reread_parameters : callable
-        Assembles the kernel's parameters again from the adapters' (the step's).
+    fixed_parameters : dict
+        The kernel's parameters no adapter owns, by field.
+    dtype : dtype
+        The model's floating-point type.
     noise_variance : callable
         ``noise_variance(position)``: one whitened noise measurement at ``position``.
     noise_feeds_parameters : bool
@@ -57,7 +63,8 @@ class Tuning:
         damping: float,
         n_steps: int,
         groups: Any,
-        reread_parameters: Callable[[], None],
+        fixed_parameters: dict[str, Any],
+        dtype: Any,
         noise_variance: Callable[[np.ndarray], np.ndarray],
         noise_feeds_parameters: bool,
     ) -> None:
@@ -65,12 +72,26 @@ class Tuning:
         self.adapters = [a for a in (step_size_adapter, mass_adapter) if a is not None]
         self.learning = tuple(a for a in self.adapters if a.learns)
         self.kernel, self.damping, self.n_steps, self.groups = kernel, damping, n_steps, groups
-        self.reread_parameters, self.noise_variance = reread_parameters, noise_variance
+        self.fixed_parameters, self.dtype = fixed_parameters, dtype
+        self.noise_variance = noise_variance
+        self.params: Any = None
+        """The kernel's current parameters (:meth:`read_parameters`)."""
+        self.posterior_sd: np.ndarray | None = None
+        """The posterior sds the current constant metric implies (None without one)."""
         self.noise_feeds_parameters = noise_feeds_parameters
         # A fixed mass reports what a learned one would: no updates.
         self._fixed_mass_stats = (
             dict.fromkeys(WindowedMass.stats_dtypes_shapes, 0) if kernel.constant_metric else {}
         )
+
+    def read_parameters(self) -> None:
+        """Assemble the kernel's parameters from the fixed ones and the adapters'."""
+        groups = self.groups
+        self.params, self.posterior_sd = kernel_parameters.assembled_parameters(
+            self.kernel, self.fixed_parameters, mass_adapter=self.mass_adapter,
+            step_size_adapter=self.step_size_adapter,
+            inflation=None if groups is None else groups.noise_inflation, dtype=self.dtype,
+        )  # fmt: skip
 
     @property
     def record_gradient(self) -> bool:
@@ -99,7 +120,7 @@ class Tuning:
         """
 
         def inflated() -> None:
-            self.reread_parameters()
+            self.read_parameters()
             # A carried momentum must follow N(0, M) under the inflated mass.
             chain.refresh_pending = self.kernel.refresh is not None
 
@@ -109,7 +130,7 @@ class Tuning:
             damping=self.damping, n_steps=self.n_steps, groups=self.groups, inflated=inflated,
         )  # fmt: skip
         if fed and self.noise_feeds_parameters:
-            self.reread_parameters()
+            self.read_parameters()
 
     def after_iteration(
         self,
@@ -140,7 +161,7 @@ class Tuning:
             changed |= adapter.update(result, context)
         if not changed:
             return
-        self.reread_parameters()
+        self.read_parameters()
         if "metric" in changed:
             # A carried momentum must follow N(0, M) under the new mass.
             chain.refresh_pending = self.kernel.refresh is not None
