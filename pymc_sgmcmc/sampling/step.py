@@ -167,10 +167,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             start=start, anchor_every=anchor_every, mass=mass, mass_adapter=mass_adapter,
         )  # fmt: skip
         self.n_steps, self.minibatch, self.start = int(n_steps), minibatch, start
-        self.mass_adapter, self.adapt_mass = mass_adapter, bool(adapt_mass)
         self.refresh_every_trajectory = bool(refresh_every_trajectory)
         self.allow_missing_total_size = bool(allow_missing_total_size)
-        self._model, self._compile_kwargs = model, compile_kwargs
         self._initial_point = model.initial_point() if initial_point is None else initial_point
         self._flat: FlatLogp = flat_logp(model, vars, self._initial_point)
         self.dim = int(sum(np.size(self._initial_point[v.name]) for v in vars))
@@ -181,11 +179,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             if kernel.supports_spheres
             else None
         )
-        self._fixed_params, self._estimated_noise = kernel_parameters.fixed_parameters(
+        fixed_params, estimated_noise = kernel_parameters.fixed_parameters(
             kernel, kernel_params, mass=mass, mass_adapter=mass_adapter, layout=self.layout,
             dim=self.dim, dtype=self._dtype,
         )  # fmt: skip
-        self._mass_given = mass is not None or "metric" in (kernel_params or {})
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         self._data = CheckedData(
             model, self._flat.groups, name, allow_missing_total_size=self.allow_missing_total_size
@@ -211,13 +208,39 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             # at every trajectory would never carry their gradient into their position
             # (measured: a random walk, intercepts 10 sds off). It persists instead.
             self.refresh_every_trajectory = False
-        self._start_up(step_size, anchor, anchor_every, dict(mode_kwargs or {}), step_jitter)
+        mode_kwargs = dict(mode_kwargs or {})
+        self.data_passes = ModeFinder(
+            model, self.vars, self._flat, self._n_rows, mode_kwargs.pop("chunk_rows", None),
+            compile_kwargs,
+        )  # fmt: skip
+        # The kernel's friction or diffusion: C of the gradient-noise ratio (else 1).
+        damping = float(fixed_params[kernel.noise_damping]) if kernel.noise_damping else 1.0
+        start_up = startup.start_up(
+            name, kernel, gradient=self.gradient, passes=self.data_passes, step_size=step_size,
+            anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs,
+            jitter=step_jitter, grouping=None if self.groups is None else self.groups.grouping,
+            centred_groups=self.groups is not None and self.groups.interweaving is None,
+            vars=self.vars, initial_point=self._initial_point, dtype=self._dtype,
+            batch_sizes=[g.batch_size for g in self._flat.groups], n_rows=self._n_rows,
+            n_steps=self.n_steps, mass_adapter=mass_adapter,
+            mass_given=mass is not None or "metric" in (kernel_params or {}),
+            adapt_mass=bool(adapt_mass), damping=damping, estimated_noise=estimated_noise,
+            noise_checkable=kernel.noise_erodes_it,
+        )  # fmt: skip
+        self.mode: ModeResult | None = start_up.mode
+        self.mode_seconds = None if start_up.mode is None else start_up.mode.seconds
+        self.estimator, self.step_size_adapter = start_up.estimator, start_up.step_size_adapter
+        self.mass_adapter = start_up.mass_adapter
+        if start_up.metric is not None:
+            fixed_params["metric"] = start_up.metric
+        # How many times below its default the minibatch noise caps the step.
+        self.minibatch_slowdown = start_up.minibatch_slowdown
+        self.rows_touched_by_setup = start_up.rows_touched
         self.tuning = Tuning(
-            self.step_size_adapter, self.mass_adapter, kernel=kernel,
-            damping=self._noise_damping, n_steps=self.n_steps, groups=self.groups,
-            fixed_parameters=self._fixed_params, dtype=self._dtype,
-            noise_variance=self.gradient_noise_variance,
-            noise_feeds_parameters=self._estimated_noise is not None,
+            self.step_size_adapter, self.mass_adapter, kernel=kernel, damping=damping,
+            n_steps=self.n_steps, groups=self.groups, fixed_parameters=fixed_params,
+            dtype=self._dtype, noise_variance=self.gradient_noise_variance,
+            noise_feeds_parameters=estimated_noise is not None,
         )  # fmt: skip
         self._trajectory = StepTrajectory(
             kernel, self._flat, model=model, vars=self.vars, initial_point=self._initial_point,
@@ -249,37 +272,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                 sum(self._n_rows),
             )
         )  # fmt: skip
-
-    def _start_up(
-        self, step_size: Any, anchor: Any, anchor_every: int, mode_kwargs: dict, jitter: float
-    ) -> None:
-        """Mode, anchor, estimator, metric and step-size adapter (:func:`startup.start_up`)."""
-        self.data_passes = ModeFinder(
-            self._model, self.vars, self._flat, self._n_rows, mode_kwargs.pop("chunk_rows", None),
-            self._compile_kwargs,
-        )  # fmt: skip
-        groups = self.groups
-        start = startup.start_up(
-            type(self).__name__, self.kernel, gradient=self.gradient, passes=self.data_passes,
-            step_size=step_size, anchor=anchor,
-            anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=jitter,
-            grouping=None if groups is None else groups.grouping,
-            centred_groups=groups is not None and groups.interweaving is None,
-            vars=self.vars, initial_point=self._initial_point, dtype=self._dtype,
-            batch_sizes=[g.batch_size for g in self._flat.groups], n_rows=self._n_rows,
-            n_steps=self.n_steps, mass_adapter=self.mass_adapter, mass_given=self._mass_given,
-            adapt_mass=self.adapt_mass, damping=self._noise_damping,
-            estimated_noise=self._estimated_noise, noise_checkable=self.kernel.noise_erodes_it,
-        )  # fmt: skip
-        self.mode: ModeResult | None = start.mode
-        self.mode_seconds = None if start.mode is None else start.mode.seconds
-        self.estimator, self.step_size_adapter = start.estimator, start.step_size_adapter
-        self.mass_adapter = start.mass_adapter
-        if start.metric is not None:
-            self._fixed_params["metric"] = start.metric
-        # How many times below its default the minibatch noise caps the step.
-        self.minibatch_slowdown = start.minibatch_slowdown
-        self.rows_touched_by_setup = start.rows_touched
 
     # -- parameters and what the step shows ---------------------------------------------
 
@@ -340,12 +332,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     @schedule.setter
     def schedule(self, schedule) -> None:
         self.step_size_adapter.schedule = schedule
-
-    @property
-    def _noise_damping(self) -> float:
-        """``C`` of the gradient-noise ratio: the kernel's friction or diffusion, else 1."""
-        name = self.kernel.noise_damping
-        return float(self._fixed_params[name]) if name else 1.0
 
     # -- compiled pieces -------------------------------------------------------------
 
