@@ -146,6 +146,17 @@ class Chain(WithSamplingState):
         momentum = rng.standard_normal(parts.dim).astype(parts.dtype, copy=False)
         return parts.kernel.init(position, momentum, parts.tuning.params)
 
+    def noise_variance(
+        self, position: np.ndarray, rng: np.random.Generator, metric: Any = None
+    ) -> np.ndarray:
+        """One measurement of the gradient estimate's whitened variance at ``position``.
+
+        By the chain's estimator at its anchor, in the current metric unless ``metric``
+        is given, on rows drawn from ``rng``.
+        """
+        metric = self.parts.tuning.params.metric if metric is None else metric
+        return self.estimator.noise_variance(position, rng, self.n_rows, metric)
+
     def inputs(self, position: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:
         """What a trajectory from ``position`` takes from the chain (a fresh state at first).
 
@@ -177,7 +188,7 @@ class Chain(WithSamplingState):
         self.estimator.before_trajectory(position, self.iteration)
         if self.estimator.probe_due(self.iteration, self.tune):
             probes = NOISE_PROBES_AT_START if self.iteration == 0 else 1
-            tuning.probe_noise(self, position, probes)
+            tuning.probe_noise(self, position, probes, rng)
         step_size = tuning.step_size_adapter.current(self.iteration, rng)
         trajectory = parts.trajectory.run(
             tuning.params, position, step_size=step_size,

@@ -1,7 +1,8 @@
 """The one PyMC step method every sampler of the package is: a thin loop over parts.
 
-:class:`StochasticGradientStep` holds the values it is handed and runs them inside
-``pm.sample``: the **kernel** (:mod:`pymc_sgmcmc.kernels`, what one integrator step
+:class:`StochasticGradientStep` builds its parts from the user's options and the model
+(:func:`~pymc_sgmcmc.sampling.assembly.assemble`) and runs them inside ``pm.sample``: the
+**kernel** (:mod:`pymc_sgmcmc.kernels`, what one integrator step
 does), the **gradient estimator** (:mod:`pymc_sgmcmc.gradients.estimators`, with its
 anchor and noise probe), the **correction** (:mod:`pymc_sgmcmc.sampling.corrections`,
 a Metropolis test or a restart), the **start-up** (:mod:`pymc_sgmcmc.sampling.startup`:
@@ -39,20 +40,12 @@ from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.gradients.estimators import ChainEstimator
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.kernels.base import Kernel
-from pymc_sgmcmc.sampling import arguments, kernel_parameters, startup
+from pymc_sgmcmc.sampling import arguments, assembly, startup
 from pymc_sgmcmc.sampling.chain import Chain, ChainParts
-from pymc_sgmcmc.sampling.corrections import correction_for
-from pymc_sgmcmc.sampling.data_checks import CheckedData
-from pymc_sgmcmc.sampling.groups import group_minibatches
-from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_logp
 from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
-from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
-from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
-from pymc_sgmcmc.sampling.tuning import Tuning
-from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
 _log = logging.getLogger("pymc_sgmcmc")
 
@@ -174,81 +167,24 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self.dim = int(sum(np.size(self._initial_point[v.name]) for v in vars))
         self._dtype = self._flat.position.dtype
         super().__init__(vars, self._flat.shared, blocked, rng=rng)
-        self.layout = (
-            sphere_layout(model, self.vars, self._initial_point, name)
-            if kernel.supports_spheres
-            else None
-        )
-        fixed_params, estimated_noise = kernel_parameters.fixed_parameters(
-            kernel, kernel_params, mass=mass, mass_adapter=mass_adapter, layout=self.layout,
-            dim=self.dim, dtype=self._dtype,
-        )  # fmt: skip
-        self._n_rows = [g.n_rows() for g in self._flat.groups]
-        self._data = CheckedData(
-            model, self._flat.groups, name, allow_missing_total_size=self.allow_missing_total_size
-        )
-        self._data.check(self._n_rows)
-        self.correction = correction_for(kernel)
-        self.gradient = startup.choose_gradient(
-            name,
-            gradient,
-            minibatched=bool(self._flat.groups),
-            spheres=self.layout is not None and any(on for _, _, on in self.layout.runs),
-            allow_missing_total_size=self.allow_missing_total_size,
-            anchor=anchor,
-        )
-        found = group_minibatches(
-            model, self._flat, self.vars, self._initial_point, groups=groups, kernel=kernel,
-            gradient=self.gradient, minibatch=minibatch, sampler=name,
-            learns_mass=self.mass_adapter_class is not None, compile_kwargs=compile_kwargs,
-        )  # fmt: skip
-        self.groups = None if found is None else WholeGroups(*found, compile_kwargs)
-        if self.groups is not None:
-            # A group's parameters move about once per trajectory: a momentum refreshed
-            # at every trajectory would never carry their gradient into their position
-            # (measured: a random walk, intercepts 10 sds off). It persists instead.
-            self.refresh_every_trajectory = False
-        mode_kwargs = dict(mode_kwargs or {})
-        self.data_passes = ModeFinder(
-            model, self.vars, self._flat, self._n_rows, mode_kwargs.pop("chunk_rows", None),
-            compile_kwargs,
-        )  # fmt: skip
-        # The kernel's friction or diffusion: C of the gradient-noise ratio (else 1).
-        damping = float(fixed_params[kernel.noise_damping]) if kernel.noise_damping else 1.0
-        start_up = startup.start_up(
-            name, kernel, gradient=self.gradient, passes=self.data_passes, step_size=step_size,
-            anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs,
-            jitter=step_jitter, grouping=None if self.groups is None else self.groups.grouping,
-            centred_groups=self.groups is not None and self.groups.interweaving is None,
-            vars=self.vars, initial_point=self._initial_point, dtype=self._dtype,
-            batch_sizes=[g.batch_size for g in self._flat.groups], n_rows=self._n_rows,
-            n_steps=self.n_steps, mass_adapter=mass_adapter,
-            mass_given=mass is not None or "metric" in (kernel_params or {}),
-            adapt_mass=bool(adapt_mass), damping=damping, estimated_noise=estimated_noise,
-            noise_checkable=kernel.noise_erodes_it,
-        )  # fmt: skip
-        self.mode: ModeResult | None = start_up.mode
-        self.mode_seconds = None if start_up.mode is None else start_up.mode.seconds
-        self.estimator, self.step_size_adapter = start_up.estimator, start_up.step_size_adapter
-        self.mass_adapter = start_up.mass_adapter
-        if start_up.metric is not None:
-            fixed_params["metric"] = start_up.metric
-        # How many times below its default the minibatch noise caps the step.
-        self.minibatch_slowdown = start_up.minibatch_slowdown
-        self.rows_touched_by_setup = start_up.rows_touched
-        self.tuning = Tuning(
-            self.step_size_adapter, self.mass_adapter, kernel=kernel, damping=damping,
-            n_steps=self.n_steps, groups=self.groups, fixed_parameters=fixed_params,
-            dtype=self._dtype, noise_variance=self.gradient_noise_variance,
-            noise_feeds_parameters=estimated_noise is not None,
-        )  # fmt: skip
-        self._trajectory = StepTrajectory(
-            kernel, self._flat, model=model, vars=self.vars, initial_point=self._initial_point,
-            dim=self.dim, n_steps=self.n_steps, minibatch=minibatch,
-            grouped=None if self.groups is None else self.groups.grouped,
-            record_gradient=self.tuning.record_gradient, gradient=self.gradient,
+        parts = assembly.assemble(
+            name, kernel, model=model, vars=self.vars, graph=self._flat,
+            initial_point=self._initial_point, dim=self.dim,
+            learns_mass=self.mass_adapter_class is not None,
+            step_size=step_size, n_steps=self.n_steps, minibatch=minibatch, groups=groups,
+            gradient=gradient, anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs,
+            kernel_params=kernel_params, mass=mass, mass_adapter=mass_adapter,
+            adapt_mass=bool(adapt_mass), refresh_every_trajectory=self.refresh_every_trajectory,
+            step_jitter=step_jitter, allow_missing_total_size=self.allow_missing_total_size,
             compile_kwargs=compile_kwargs,
         )  # fmt: skip
+        (
+            self.layout, self._n_rows, self._data, self.correction, self.gradient, self.groups,
+            self.refresh_every_trajectory, self.data_passes, self.mode, self.estimator,
+            self.step_size_adapter, self.mass_adapter, self.minibatch_slowdown,
+            self.rows_touched_by_setup, self.tuning, self._trajectory,
+        ) = parts  # fmt: skip
+        self.mode_seconds = None if self.mode is None else self.mode.seconds
         self._tune_iterations = self._draw_iterations = 0
         self._reset_chain()
         if self.groups is not None and np.ndim(self.params.metric.inverse) == 2:
@@ -446,9 +382,4 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         unless ``metric`` is given, on rows from ``rng`` (the chain's generator by
         default).
         """
-        return self.chain.estimator.noise_variance(
-            position,
-            self.rng if rng is None else rng,
-            self._n_rows,
-            self.params.metric if metric is None else metric,
-        )
+        return self.chain.noise_variance(position, self.rng if rng is None else rng, metric)

@@ -10,7 +10,6 @@ units) and measures the noise afresh.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,8 +46,6 @@ class Tuning:
         The kernel's parameters no adapter owns, by field.
     dtype : dtype
         The model's floating-point type.
-    noise_variance : callable
-        ``noise_variance(position)``: one whitened noise measurement at ``position``.
     noise_feeds_parameters : bool
         Whether a kernel parameter is estimated from the measured noise (then read again
         whenever the step-size adapter gets a new estimate).
@@ -65,7 +62,6 @@ class Tuning:
         groups: Any,
         fixed_parameters: dict[str, Any],
         dtype: Any,
-        noise_variance: Callable[[np.ndarray], np.ndarray],
         noise_feeds_parameters: bool,
     ) -> None:
         self.step_size_adapter, self.mass_adapter = step_size_adapter, mass_adapter
@@ -73,7 +69,6 @@ class Tuning:
         self.learning = tuple(a for a in self.adapters if a.learns)
         self.kernel, self.damping, self.n_steps, self.groups = kernel, damping, n_steps, groups
         self.fixed_parameters, self.dtype = fixed_parameters, dtype
-        self.noise_variance = noise_variance
         self.params: Any = None
         """The kernel's current parameters (:meth:`read_parameters`)."""
         self.posterior_sd: np.ndarray | None = None
@@ -113,10 +108,14 @@ class Tuning:
         mass = self.mass_adapter
         return mass.stats() if mass is not None else dict(self._fixed_mass_stats)
 
-    def probe_noise(self, chain: Chain, position: np.ndarray, probes: int) -> None:
+    def probe_noise(
+        self, chain: Chain, position: np.ndarray, probes: int, rng: np.random.Generator
+    ) -> None:
         """Measure the gradient noise ``probes`` times at ``position`` and pass it on.
 
-        See :func:`~pymc_sgmcmc.sampling.noise.measure_gradient_noise`.
+        Each measurement is the chain's
+        (:meth:`~pymc_sgmcmc.sampling.chain.Chain.noise_variance`, rows from ``rng``);
+        see :func:`~pymc_sgmcmc.sampling.noise.measure_gradient_noise`.
         """
 
         def inflated() -> None:
@@ -125,7 +124,7 @@ class Tuning:
             chain.refresh_pending = self.kernel.refresh is not None
 
         fed = measure_gradient_noise(
-            chain.estimator.noise, lambda: self.noise_variance(position), probes,
+            chain.estimator.noise, lambda: chain.noise_variance(position, rng), probes,
             tuning=chain.tune, step_size_adapter=self.step_size_adapter,
             damping=self.damping, n_steps=self.n_steps, groups=self.groups, inflated=inflated,
         )  # fmt: skip
@@ -169,4 +168,4 @@ class Tuning:
             self.step_size_adapter.restart()
             chain.estimator.noise.reset()
             if chain.estimator.probe_due(chain.iteration, chain.tune):
-                self.probe_noise(chain, state.position, NOISE_PROBES_AT_START)
+                self.probe_noise(chain, state.position, NOISE_PROBES_AT_START, context.rng)
