@@ -106,7 +106,8 @@ class Tuning:
     def stats(self) -> dict[str, Any]:
         """The mass's per-draw statistics (zeros for a fixed one)."""
         mass = self.mass_adapter
-        return mass.stats() if mass is not None else dict(self._fixed_mass_stats)
+        # The fixed one is shared, not copied: the chain only reads it (once per draw).
+        return mass.stats() if mass is not None else self._fixed_mass_stats
 
     def probe_noise(
         self, chain: Chain, position: np.ndarray, probes: int, rng: np.random.Generator
@@ -142,6 +143,8 @@ class Tuning:
         accept: float,
     ) -> None:
         """Hand the finished iteration to the adapters that learn; follow what changed."""
+        if not self.learning:
+            return
         learning = [a for a in self.learning if a.active(chain.tune)]
         if not learning:
             return
