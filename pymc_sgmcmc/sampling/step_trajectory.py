@@ -153,8 +153,9 @@ class StepTrajectory:
         ``draw`` holds :meth:`arguments`' keyword arguments; ``fresh_state`` makes a new
         chain's state at a position (for a correction that restarts).
         """
-        function = self.compiled(params)
-        outputs = function(*self.arguments(params, position, state_fields, step_size, **draw))
+        arguments = self.arguments(params, position, state_fields, step_size, **draw)
+        function = self._function  # compiled by arguments(), once per step
+        outputs = function(*arguments)
         at = function.index
         end = self.kernel.state_type(*[outputs[at[name]] for name in self._end_names])
         gradient = outputs[at["gradient"]] if self.record_gradient else None
