@@ -127,7 +127,7 @@ def assemble(
         sampler, kernel, gradient=gradient, passes=passes, step_size=step_size,
         anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=step_jitter,
         grouping=None if whole_groups is None else whole_groups.grouping,
-        centred_groups=whole_groups is not None and whole_groups.interweaving is None,
+        centred_locals=centred_locals(whole_groups, vars, initial_point),
         vars=vars, initial_point=initial_point, dtype=dtype,
         batch_sizes=[g.batch_size for g in graph.groups], n_rows=n_rows, n_steps=n_steps,
         mass_adapter=mass_adapter, mass_given=mass is not None or "metric" in (kernel_params or {}),
@@ -153,3 +153,20 @@ def assemble(
         refresh_every_trajectory, passes, start.mode, start.estimator, start.step_size_adapter,
         start.mass_adapter, start.minibatch_slowdown, start.rows_touched, tuning, trajectory,
     )  # fmt: skip
+
+
+def centred_locals(
+    whole_groups: WholeGroups | None, vars: list, initial_point: dict[str, np.ndarray]
+) -> tuple[str, ...]:
+    """Names of a grouped model's locals where they are sampled directly (no interweaving)."""
+    if whole_groups is None or whole_groups.interweaving is not None:
+        return ()
+    local = np.zeros(sum(int(np.size(initial_point[v.name])) for v in vars), dtype=bool)
+    local[whole_groups.grouping.layout.local_positions.ravel()] = True
+    names, start = [], 0
+    for v in vars:
+        stop = start + int(np.size(initial_point[v.name]))
+        if local[start:stop].all():
+            names.append(v.name)
+        start = stop
+    return tuple(names)

@@ -527,16 +527,21 @@ def _laplace(
     else:
         hessian = _dense_hessian(finder, position, rng, sd)
     try:
-        return laplace_covariance(hessian)
+        covariance = laplace_covariance(hessian) if np.all(np.isfinite(hessian)) else None
     except np.linalg.LinAlgError:
+        covariance = None
+    # A Hessian that is not finite (measured: at the neck of a centred hierarchy's funnel,
+    # a group scale of 5e-9) has no Laplace approximation either.
+    if covariance is None or not np.all(np.isfinite(covariance)):
         raise ValueError(
             "find_mode: the log density is not curved downwards at the point found (the "
-            "Hessian there is not negative definite), so there is no Laplace "
+            "Hessian there is not finite and negative definite), so there is no Laplace "
             "approximation: the posterior may be improper along some direction (a flat "
             "prior on a parameter the data do not inform), or the search did not reach a "
             "mode. Give that parameter a proper prior, or pass mass= and step_size= to "
             "the sampler yourself."
-        ) from None
+        )
+    return covariance
 
 
 def _unflatten(finder: ModeFinder, position: np.ndarray, point: dict) -> dict[str, np.ndarray]:

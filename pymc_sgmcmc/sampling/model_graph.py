@@ -292,7 +292,7 @@ def row_logp(
 
     placeholders: list[list[Variable]] = [[] for _ in flat.groups]
     if flat.groups:
-        with _initial_values_set_aside(model):
+        with initial_values_set_aside(model):
             fgraph, _ = fgraph_from_model(model)
         replacements = {}
         for node in fgraph.apply_nodes:
@@ -355,7 +355,7 @@ def row_logp(
 
 
 @contextmanager
-def _initial_values_set_aside(model) -> Iterator[None]:
+def initial_values_set_aside(model) -> Iterator[None]:
     """The model without its ``initval``s, for PyMC's ``fgraph_from_model``.
 
     PyMC refuses to copy a model whose variables carry initial values

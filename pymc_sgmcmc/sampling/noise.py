@@ -167,7 +167,9 @@ def measure_gradient_noise(
     """
     for _ in range(probes):
         monitor.add(measure())
-    if groups is not None and tuning and probes == NOISE_PROBES_AT_START:
+    # No finite measurement (every probe far out in a tail): nothing to answer yet.
+    measured = monitor.mean() is not None
+    if groups is not None and tuning and probes == NOISE_PROBES_AT_START and measured:
         if groups.inflate(monitor):
             inflated()
         if groups.widen(monitor.mean(), damping, step_size_adapter, n_steps):

@@ -84,12 +84,12 @@ def start_mode(
     options: dict[str, Any],
     *,
     curvature: bool,
-    centred_groups: bool,
+    centred_locals: tuple[str, ...],
 ) -> ModeResult:
     """The mode (and, with ``curvature``, the Laplace covariance) before sampling.
 
-    Where a grouped model's locals are sampled directly (``centred_groups``) and the search
-    fails, the error names the funnel and the non-centred form.
+    Where a grouped model's locals are sampled directly (``centred_locals``, their names)
+    and the search fails, a :class:`CentredHierarchyError` names the funnel.
     """
     options = dict(options)
     options.setdefault("curvature", curvature)
@@ -109,9 +109,23 @@ def start_mode(
     try:
         return search_mode(finder, x0, point, rng=rng, **(MODE_SEARCH_DEFAULTS | options))
     except ValueError as error:
-        if not centred_groups:
+        if not centred_locals:
             raise
-        raise ValueError(centred_hierarchy_hint(sampler, error)) from None
+        raise CentredHierarchyError(
+            centred_hierarchy_hint(sampler, error), centred_locals
+        ) from None
+
+
+class CentredHierarchyError(ValueError):
+    """The mode search failed on a grouped model whose locals are sampled directly.
+
+    ``local_names``: those locals' value variables. The step then samples the model
+    non-centred where it can (:mod:`pymc_sgmcmc.sampling.non_centring`).
+    """
+
+    def __init__(self, message: str, local_names: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.local_names = local_names
 
 
 def anchored_estimator(
@@ -174,7 +188,7 @@ def start_up(
     mode_kwargs: dict,
     jitter: float,
     grouping: Grouping | None,
-    centred_groups: bool,
+    centred_locals: tuple[str, ...],
     vars: list,
     initial_point: dict[str, np.ndarray],
     dtype: Any,
@@ -201,7 +215,7 @@ def start_up(
     if automatic or (gradient == "control_variates" and anchor is None):
         mode = start_mode(
             sampler, passes, vars, initial_point, dtype, mode_kwargs, curvature=automatic,
-            centred_groups=centred_groups,
+            centred_locals=centred_locals,
         )  # fmt: skip
         rows_touched += mode.rows_touched
     before = passes.rows_touched
@@ -235,16 +249,21 @@ def start_up(
 
 
 def centred_hierarchy_hint(sampler: str, error: ValueError) -> str:
-    """The mode search's failure on a grouped model whose locals are sampled directly."""
+    """The mode search's failure on a grouped model whose locals are sampled directly.
+
+    The step samples a centred Normal hierarchy non-centred instead of raising this
+    (:mod:`pymc_sgmcmc.sampling.non_centring`); the message serves the other ones.
+    """
     return (
         f"{sampler}: {error}\n\nThis model's group parameters are sampled directly "
-        "(a[group_idx] with a sampled a). If a is a centred hierarchy, "
-        "a ~ Normal(mu, sigma), its joint density has no mode when groups have few rows: "
-        "it grows without bound as sigma goes to 0 with every a_j at mu (the funnel), so "
-        "there is no start, mass or anchor to take from it. Write it non-centred, "
-        "a = mu + sigma * z with z ~ Normal(0, 1): the samplers then redraw mu and sigma "
-        "given a after every draw, which also keeps the non-centred form right for groups "
-        "with many rows (docs/hierarchical.md)."
+        "(a[group_idx] with a sampled a). If a is a centred hierarchy, its joint density "
+        "has no mode when groups have few rows: it grows without bound as the group scale "
+        "goes to 0 with every a_j at its location (the funnel), so there is no start, mass "
+        "or anchor to take from it. A centred Normal, a ~ Normal(mu, sigma), is sampled "
+        "non-centred by itself; this one is not (another distribution, a transform, or a "
+        "location or scale that reads a variable this step does not sample). Write it "
+        "non-centred, e.g. a = mu + sigma * z with z ~ Normal(0, 1): the samplers then "
+        "redraw mu and sigma given a after every draw (docs/hierarchical.md)."
     )
 
 

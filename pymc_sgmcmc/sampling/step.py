@@ -43,6 +43,7 @@ from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import arguments, assembly, startup
 from pymc_sgmcmc.sampling.chain import Chain, ChainParts
 from pymc_sgmcmc.sampling.model_graph import flat_logp
+from pymc_sgmcmc.sampling.non_centring import SUFFIX, NonCentring, non_centred
 from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
 from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
@@ -163,14 +164,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self.refresh_every_trajectory = bool(refresh_every_trajectory)
         self.allow_missing_total_size = bool(allow_missing_total_size)
         self._initial_point = model.initial_point() if initial_point is None else initial_point
-        self._flat: FlatLogp = flat_logp(model, vars, self._initial_point)
-        self.dim = int(sum(np.size(self._initial_point[v.name]) for v in vars))
-        self._dtype = self._flat.position.dtype
-        super().__init__(vars, self._flat.shared, blocked, rng=rng)
-        parts = assembly.assemble(
-            name, kernel, model=model, vars=self.vars, graph=self._flat,
-            initial_point=self._initial_point, dim=self.dim,
-            learns_mass=self.mass_adapter_class is not None,
+        options = dict(
             step_size=step_size, n_steps=self.n_steps, minibatch=minibatch, groups=groups,
             gradient=gradient, anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs,
             kernel_params=kernel_params, mass=mass, mass_adapter=mass_adapter,
@@ -178,6 +172,23 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             step_jitter=step_jitter, allow_missing_total_size=self.allow_missing_total_size,
             compile_kwargs=compile_kwargs,
         )  # fmt: skip
+        self.non_centring: NonCentring | None = None
+        try:
+            parts = self._assemble(model, vars, vars, blocked, rng, options)
+        except startup.CentredHierarchyError as error:
+            # A centred hierarchy without a mode: sampled in its non-centred coordinates.
+            self.non_centring = non_centred(model, vars, set(error.local_names))
+            if self.non_centring is None:
+                raise
+            options = self.non_centring.options_to_sampled(options, vars)
+            self._initial_point = self.non_centring.point_to_sampled(self._initial_point, vars)
+            model = self.non_centring.model
+            parts = self._assemble(model, self.non_centring.vars, vars, blocked, rng, options)
+            _log.info(
+                "%s: the centred hierarchy of %s has no joint mode; sampled non-centred, "
+                "as loc + scale * %s.", name, ", ".join(self.non_centring.names),
+                ", ".join(n + SUFFIX for n in self.non_centring.names),
+            )  # fmt: skip
         (
             self.layout, self._n_rows, self._data, self.correction, self.gradient, self.groups,
             self.refresh_every_trajectory, self.data_passes, self.mode, self.estimator,
@@ -199,7 +210,13 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self.chain.parts = self._chain_parts()
         if kernel.validate is not None:
             startup.validate_kernel(
-                name, kernel, self.params, model, self._flat, self.vars, self._initial_point
+                name,
+                kernel,
+                self.params,
+                model,
+                self._flat,
+                self._sampled_vars,
+                self._initial_point,
             )
         self.setup_seconds = time.perf_counter() - started
         _log.info(
@@ -207,6 +224,25 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                 name, self.setup_seconds, self.mode_seconds, self.rows_touched_by_setup,
                 sum(self._n_rows),
             )
+        )  # fmt: skip
+
+    def _assemble(
+        self, model, vars: list, user_vars: list, blocked: bool, rng, options: dict
+    ) -> assembly.StepParts:
+        """The step's parts for the value variables ``vars`` of ``model``.
+
+        ``user_vars``: the variables ``pm.sample`` records, ``vars`` themselves unless the
+        model is sampled in other coordinates (:attr:`non_centring`).
+        """
+        self._sampled_vars = vars
+        self._flat: FlatLogp = flat_logp(model, vars, self._initial_point)
+        self.dim = int(sum(np.size(self._initial_point[v.name]) for v in vars))
+        self._dtype = self._flat.position.dtype
+        super().__init__(user_vars, self._flat.shared, blocked, rng=rng)
+        return assembly.assemble(
+            type(self).__name__, self.kernel, model=model, vars=vars, graph=self._flat,
+            initial_point=self._initial_point, dim=self.dim,
+            learns_mass=self.mass_adapter_class is not None, **options,
         )  # fmt: skip
 
     # -- parameters and what the step shows ---------------------------------------------
@@ -291,7 +327,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     # -- chain life cycle ------------------------------------------------------------
 
     def _chain_parts(self) -> ChainParts:
-        default = np.concatenate([np.ravel(self._initial_point[v.name]) for v in self.vars])
+        default = np.concatenate(
+            [np.ravel(self._initial_point[v.name]) for v in self._sampled_vars]
+        )
         start = partial(
             startup.chain_start, start=self.start, mode=self.mode, default=default,
             dtype=self._dtype,
@@ -368,7 +406,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """Run one trajectory of ``n_steps`` kernel steps from ``q0`` (a chain's draw)."""
-        position, stats = self.chain.advance(q0.data, self.rng)
+        centring = self.non_centring
+        position = q0.data if centring is None else centring.to_sampled(q0.data)
+        position, stats = self.chain.advance(position, self.rng)
+        position = position if centring is None else centring.to_model(position)
         return RaveledVars(position, q0.point_map_info), [stats]
 
     # -- gradient noise --------------------------------------------------------------

@@ -231,6 +231,8 @@ class WholeGroups(WithSamplingState):
         the new metric. Returns whether the inflation changed (the step then re-reads
         its parameters).
         """
+        if noise.mean() is None:  # no finite measurement
+            return False
         previous = 1.0 if self.noise_inflation is None else self.noise_inflation
         raw = noise.mean() * previous  # in the metric without the inflation
         inflation = noise_inflation(raw)

@@ -1,0 +1,213 @@
+"""A centred hierarchy sampled in its non-centred coordinates.
+
+A centred hierarchy, ``a ~ Normal(loc(u), scale(u))`` with ``a`` indexed by a minibatched
+group index, has no joint mode when groups have few rows: the density grows without
+bound as the scale goes to 0 with every ``a_j`` at its location (the funnel's neck), so a
+grouped step has no start, mass or anchor to take from a mode search, and a chain that
+moves ``a`` and ``u`` by turns mixes the scale slowly where groups are weak.
+
+Its non-centred twin, ``a = loc(u) + scale(u) z`` with ``z ~ Normal(0, 1)``, is the same
+posterior in other coordinates (the prior of ``a`` with the Jacobian ``Π scale(u)`` is the
+standard normal of ``z``). There a grouped step has the interweaving move (the centred
+update of ``u`` given ``a``, Yu and Meng, "To Center or Not to Center: That Is Not the
+Question") and the exact move of every group's ``z``, and the anchor follows the chain
+during tuning (``docs/hierarchical.md``).
+
+:func:`non_centred` builds that twin as a PyMC model (PyMC's own model-to-graph round
+trip, :func:`pymc.model.fgraph.fgraph_from_model`); :class:`NonCentring` maps a flat point
+between the user's coordinates (``a``, what ``pm.sample`` records) and the sampled ones
+(``z``). Every other value variable is the same in both, in the same place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.model.fgraph import (
+    ModelNamed,
+    fgraph_from_model,
+    model_deterministic,
+    model_free_rv,
+    model_from_fgraph,
+)
+from pymc.pytensorf import join_nonshared_inputs
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Variable
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.random.basic import NormalRV
+
+from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
+from pymc_sgmcmc.sampling.model_graph import initial_values_set_aside
+
+SUFFIX = "_z"
+"""The sampled standard-normal variable of a centred ``a`` is named ``a`` + this."""
+
+
+@dataclass
+class NonCentring:
+    """A model's centred locals, sampled as ``z = (a − loc) / scale``.
+
+    Attributes
+    ----------
+    model : pm.Model
+        The model in the sampled coordinates: each centred ``a`` a deterministic
+        ``loc + scale * a_z`` of a new free ``a_z ~ Normal(0, 1)``.
+    vars : list of Variable
+        Its value variables in the step's order: the user's, with ``a_z`` where ``a`` is.
+    names : tuple of str
+        The user's centred variables.
+    model_point : dict
+        The user's model's initial point.
+    """
+
+    model: pm.Model
+    vars: list[Variable]
+    names: tuple[str, ...]
+    model_point: dict[str, np.ndarray]
+    _slices: list[slice]
+    _position: Variable
+    _outputs: list[Variable]
+    _function: Any = field(default=None, repr=False)
+    _last: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict:
+        # Unpickled, the function is linked again, not compiled.
+        function = None if self._function is None else LinkedWhereUnpickled(self._function)
+        return self.__dict__ | {"_function": function}
+
+    def _locations_and_scales(self, position: np.ndarray) -> list[np.ndarray]:
+        if self._function is None:
+            self._function = compile_graph([self._position], self._outputs)
+        return self._function(position)
+
+    def to_sampled(self, position: np.ndarray) -> np.ndarray:
+        """The flat point with each centred ``a`` replaced by ``z = (a − loc) / scale``.
+
+        The point :meth:`to_model` returned last maps back to the point it came from
+        exactly: ``(loc + scale z − loc) / scale`` is ``z`` only up to rounding, and a
+        chain that carried those roundings from draw to draw drifted from the same
+        chain on the hand-written non-centred model (1e-7 after 120 draws).
+        """
+        if self._last is not None and np.array_equal(position, self._last[0]):
+            return self._last[1].copy()
+        values = self._locations_and_scales(position)
+        sampled = position.copy()
+        for k, where in enumerate(self._slices):
+            loc, scale = values[2 * k], values[2 * k + 1]
+            sampled[where] = (position[where] - loc) / scale
+        return sampled
+
+    def point_to_sampled(self, point: dict[str, Any], vars: list[Variable]) -> dict[str, Any]:
+        """A point by the user's value-variable names (``vars`` among them) in ours."""
+        flat = np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(float)
+        sampled = self.to_sampled(flat)
+        converted = {k: v for k, v in point.items() if k not in self.names}
+        start = 0
+        for user, ours in zip(vars, self.vars, strict=True):
+            stop = start + int(np.size(point[user.name]))
+            converted[ours.name] = sampled[start:stop].reshape(np.shape(point[user.name]))
+            start = stop
+        return converted
+
+    def options_to_sampled(self, options: dict[str, Any], vars: list[Variable]) -> dict:
+        """The step's options with the points they hold (``anchor=``, a start) in ours."""
+        point = self.model_point
+        converted = dict(options)
+        if isinstance(options.get("anchor"), dict):
+            converted["anchor"] = self.point_to_sampled(point | options["anchor"], vars)
+        start = (options.get("mode_kwargs") or {}).get("start")
+        if isinstance(start, dict):
+            converted["mode_kwargs"] = options["mode_kwargs"] | {
+                "start": self.point_to_sampled(point | start, vars)
+            }
+        return converted
+
+    def to_model(self, position: np.ndarray) -> np.ndarray:
+        """The flat point with each ``z`` replaced by ``a = loc + scale z``."""
+        values = self._locations_and_scales(position)
+        user = position.copy()
+        for k, where in enumerate(self._slices):
+            loc, scale = values[2 * k], values[2 * k + 1]
+            user[where] = loc + scale * position[where]
+        self._last = (user.copy(), position.copy())
+        return user
+
+
+def centred_normal(model: pm.Model, value: Variable, vars: list[Variable]) -> tuple | None:
+    """``(rv, loc, scale)`` where ``value`` is a centred hierarchy's, else ``None``.
+
+    A free ``Normal(loc, scale)`` without a transform whose scale reads another of
+    ``vars`` (a hierarchical scale, not a fixed prior), and whose location and scale
+    read nothing but ``vars`` other than its own.
+    """
+    rv = model.values_to_rvs.get(value)
+    if rv is None or not isinstance(rv.owner.op, NormalRV) or model.rvs_to_transforms[rv]:
+        return None
+    loc, scale = rv.owner.inputs[-2:]
+    sampled_rvs = {model.values_to_rvs[v] for v in vars} - {rv}
+    other_rvs = set(model.free_RVs) - sampled_rvs
+    read = set(ancestors([loc, scale]))
+    if rv in read or read & other_rvs or not read & sampled_rvs:
+        return None
+    if not set(ancestors([scale])) & sampled_rvs:
+        return None
+    return rv, loc, scale
+
+
+def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCentring | None:
+    """The model with the centred locals among ``names`` non-centred (``None``: none is).
+
+    ``vars`` are the step's value variables; each variable of ``names`` that is a
+    centred hierarchy (:func:`centred_normal`) becomes ``loc + scale * name_z``.
+    """
+    centred = {}
+    for value in vars:
+        if value.name in names:
+            found = centred_normal(model, value, vars)
+            if found is not None:
+                centred[value.name] = found
+    if not centred:
+        return None
+    with initial_values_set_aside(model):  # the user's initial point is converted
+        fgraph, memo = fgraph_from_model(model)
+    # PyMC deep-copies named data (pm.Data) into the new model; the step reads the
+    # user's, so that pm.set_data reaches it and the data are held once.
+    for node in list(fgraph.apply_nodes):
+        if isinstance(node.op, ModelNamed):
+            copy, original = node.inputs[0], model.named_vars.get(node.op.name)
+            if isinstance(copy, SharedVariable) and isinstance(original, SharedVariable):
+                fgraph.replace(copy, original, import_missing=True)
+    for name, (rv, _, _) in centred.items():
+        model_var = memo[rv]
+        new_rv = model_var.owner.inputs[0]
+        dims = model_var.owner.op.dims
+        loc, scale = new_rv.owner.inputs[-2:]
+        standard = pm.Normal.dist(0.0, 1.0, size=new_rv.shape)
+        standard_value = standard.type(name=name + SUFFIX)
+        standard_var = model_free_rv(standard, standard_value, None, name + SUFFIX, *dims)
+        located = loc + scale * standard_var
+        fgraph.replace(model_var, model_deterministic(located, name, *dims), import_missing=True)
+    sampled = model_from_fgraph(fgraph, mutate_fgraph=True)
+    by_name = {v.name: v for v in sampled.value_vars}
+    sampled_vars = [by_name[v.name + SUFFIX if v.name in centred else v.name] for v in vars]
+    # Each centred variable's place in the flat position, and its location and scale
+    # as functions of the user's flat position (the globals are the same in both).
+    point = model.initial_point()
+    sizes = [int(np.size(point[v.name])) for v in vars]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    outputs, slices = [], []
+    for k, value in enumerate(vars):
+        if value.name in centred:
+            rv, loc, scale = centred[value.name]
+            shape = point[value.name].shape
+            graphs = model.replace_rvs_by_values(
+                [pt.broadcast_to(loc, shape), pt.broadcast_to(scale, shape)]
+            )
+            outputs.extend(g.ravel() for g in graphs)
+            slices.append(slice(int(starts[k]), int(starts[k + 1])))
+    outputs, position = join_nonshared_inputs(point, outputs, vars, {})
+    return NonCentring(sampled, sampled_vars, tuple(centred), point, slices, position, outputs)
