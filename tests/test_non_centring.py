@@ -9,7 +9,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pymc_sgmcmc.sampling.non_centring import centred_normal, non_centred
+from pymc_sgmcmc.sampling.non_centring import centred_normal, non_centred, prior_share
 
 N_GROUPS = 12
 
@@ -93,3 +93,18 @@ def test_only_a_normal_with_a_sampled_scale_is_centred():
 def test_names_that_are_not_centred_locals_are_left_alone(name):
     model, _, _ = centred_model(np.random.default_rng(2))
     assert non_centred(model, model.continuous_value_vars, {name}) is None
+
+
+def test_the_prior_share_is_each_locals_variance_over_its_prior_one():
+    model, _, _ = centred_model(np.random.default_rng(3))
+    vars = model.continuous_value_vars
+    twin = non_centred(model, vars, {"a"})
+    point = split(flat(model.initial_point(), vars), model, vars)
+    point["tau_log__"] = np.log(0.5)
+    position = flat(point, vars)
+    variances = np.full(position.size, 0.01)
+    (where,) = twin._slices
+    variances[where] = np.linspace(0.0, 0.25, N_GROUPS)  # 0 to 100 % of tau² = 0.25
+    expected = np.mean(np.linspace(0.0, 1.0, N_GROUPS))
+    assert prior_share(twin, position, variances) == pytest.approx(expected)
+    assert prior_share(twin, position, np.diag(variances)) == pytest.approx(expected)

@@ -46,6 +46,18 @@ from pymc_sgmcmc.sampling.model_graph import initial_values_set_aside
 SUFFIX = "_z"
 """The sampled standard-normal variable of a centred ``a`` is named ``a`` + this."""
 
+PRIOR_SHARE_LIMIT = 0.5
+"""A centred hierarchy whose locals take more than this share of their precision at the
+mode from their prior (on average) is sampled non-centred.
+
+Papaspiliopoulos, Roberts and Sköld ("A general framework for the parametrization of
+hierarchical models") show the centred form mixing well where the data inform each
+local much more than the prior does, the non-centred one where they do not. The share
+also flags a mode search that ended in a funnel's neck: measured on a radon-like model
+(386 counties, 232 of them with 1-3 rows), the search stopped at a group scale of 1.5e-8
+with a finite curvature, every local's precision 99.96 % prior, and the centred chains
+did not move (mean errors up to 25 sds)."""
+
 
 @dataclass
 class NonCentring:
@@ -211,3 +223,15 @@ def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCe
             slices.append(slice(int(starts[k]), int(starts[k + 1])))
     outputs, position = join_nonshared_inputs(point, outputs, vars, {})
     return NonCentring(sampled, sampled_vars, tuple(centred), point, slices, position, outputs)
+
+
+def prior_share(twin: NonCentring, position: np.ndarray, covariance: np.ndarray) -> float:
+    """The mean share of the centred locals' precision at ``position`` from their prior.
+
+    ``covariance``: the Laplace covariance there (a diagonal as a vector, or dense); a
+    local's precision is taken as one over its variance, its prior's as ``1 / scale²``.
+    """
+    values = twin._locations_and_scales(position)
+    variances = np.diag(covariance) if np.ndim(covariance) == 2 else np.asarray(covariance)
+    shares = [variances[where] / values[2 * k + 1] ** 2 for k, where in enumerate(twin._slices)]
+    return float(np.mean(np.concatenate(shares)))

@@ -43,7 +43,13 @@ from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import arguments, assembly, startup
 from pymc_sgmcmc.sampling.chain import Chain, ChainParts
 from pymc_sgmcmc.sampling.model_graph import flat_logp
-from pymc_sgmcmc.sampling.non_centring import SUFFIX, NonCentring, non_centred
+from pymc_sgmcmc.sampling.non_centring import (
+    PRIOR_SHARE_LIMIT,
+    SUFFIX,
+    NonCentring,
+    non_centred,
+    prior_share,
+)
 from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
 from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
@@ -175,19 +181,25 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self.non_centring: NonCentring | None = None
         try:
             parts = self._assemble(model, vars, vars, blocked, rng, options)
+            twin, share = self._weak_centred_twin(model, vars, parts)
         except startup.CentredHierarchyError as error:
-            # A centred hierarchy without a mode: sampled in its non-centred coordinates.
-            self.non_centring = non_centred(model, vars, set(error.local_names))
-            if self.non_centring is None:
+            twin, share = non_centred(model, vars, set(error.local_names)), None
+            if twin is None:
                 raise
-            options = self.non_centring.options_to_sampled(options, vars)
-            self._initial_point = self.non_centring.point_to_sampled(self._initial_point, vars)
-            model = self.non_centring.model
-            parts = self._assemble(model, self.non_centring.vars, vars, blocked, rng, options)
+        if twin is not None:
+            # A centred hierarchy without a mode in its bulk: sampled non-centred.
+            self.non_centring = twin
+            options = twin.options_to_sampled(options, vars)
+            self._initial_point = twin.point_to_sampled(self._initial_point, vars)
+            model = twin.model
+            parts = self._assemble(model, twin.vars, vars, blocked, rng, options)
+            reason = (
+                "has no joint mode" if share is None else
+                f"has its mode where the prior gives {share:.0%} of the locals' precision"
+            )  # fmt: skip
             _log.info(
-                "%s: the centred hierarchy of %s has no joint mode; sampled non-centred, "
-                "as loc + scale * %s.", name, ", ".join(self.non_centring.names),
-                ", ".join(n + SUFFIX for n in self.non_centring.names),
+                "%s: the centred hierarchy of %s %s; sampled non-centred, as loc + scale * %s.",
+                name, ", ".join(twin.names), reason, ", ".join(n + SUFFIX for n in twin.names),
             )  # fmt: skip
         (
             self.layout, self._n_rows, self._data, self.correction, self.gradient, self.groups,
@@ -244,6 +256,25 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             initial_point=self._initial_point, dim=self.dim,
             learns_mass=self.mass_adapter_class is not None, **options,
         )  # fmt: skip
+
+    def _weak_centred_twin(
+        self, model, vars: list, parts: assembly.StepParts
+    ) -> tuple[NonCentring | None, float | None]:
+        """The non-centred twin where the mode leaves centred locals to their prior.
+
+        Returns the twin (None where the step keeps the model as written) and the mean
+        share of the locals' precision their prior gives at the mode
+        (:func:`~pymc_sgmcmc.sampling.non_centring.prior_share`).
+        """
+        mode = parts.mode
+        names = assembly.centred_locals(parts.groups, vars, self._initial_point)
+        if not names or mode is None or mode.covariance is None:
+            return None, None
+        twin = non_centred(model, vars, set(names))
+        if twin is None:
+            return None, None
+        share = prior_share(twin, mode.position, mode.covariance)
+        return (twin, share) if share > PRIOR_SHARE_LIMIT else (None, None)
 
     # -- parameters and what the step shows ---------------------------------------------
 
