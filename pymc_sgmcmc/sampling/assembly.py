@@ -24,6 +24,7 @@ from pymc_sgmcmc.sampling.corrections import DivergenceRestart, MetropolisTest, 
 from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
+from pymc_sgmcmc.sampling.model_graph import flat_slices
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
 from pymc_sgmcmc.sampling.tuning import Tuning
@@ -161,12 +162,7 @@ def centred_locals(
     """Names of a grouped model's locals where they are sampled directly (no interweaving)."""
     if whole_groups is None or whole_groups.interweaving is not None:
         return ()
-    local = np.zeros(sum(int(np.size(initial_point[v.name])) for v in vars), dtype=bool)
+    places = flat_slices(initial_point, vars)
+    local = np.zeros(whole_groups.grouping.layout.dim, dtype=bool)
     local[whole_groups.grouping.layout.local_positions.ravel()] = True
-    names, start = [], 0
-    for v in vars:
-        stop = start + int(np.size(initial_point[v.name]))
-        if local[start:stop].all():
-            names.append(v.name)
-        start = stop
-    return tuple(names)
+    return tuple(name for name, where in places.items() if local[where].all())

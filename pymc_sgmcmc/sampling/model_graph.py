@@ -25,6 +25,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pymc.blocking import DictToArrayBijection
 from pymc.data import MinibatchOp
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.pytensorf import join_nonshared_inputs
@@ -134,6 +135,16 @@ def total_sizes_as_inputs(model, minibatch_rvs: list[Variable]) -> dict[Variable
 
 _SHARED_POINT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Per model: the shared variable that stands for each value variable a step does not sample."""
+
+
+def flat_slices(point: dict[str, np.ndarray], vars: list[Variable]) -> dict[str, slice]:
+    """Each of ``vars``' place in the flat position, by name (PyMC's raveling order)."""
+    info = DictToArrayBijection.map({v.name: point[v.name] for v in vars}).point_map_info
+    stops = np.cumsum([size for _, _, size, _ in info])
+    return {
+        name: slice(int(stop - size), int(stop))
+        for (name, _, size, _), stop in zip(info, stops, strict=True)
+    }
 
 
 def flat_logp(model, vars: list[Variable], initial_point: dict[str, np.ndarray]) -> FlatLogp:

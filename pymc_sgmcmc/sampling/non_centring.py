@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.model.fgraph import (
     ModelNamed,
     fgraph_from_model,
@@ -41,7 +42,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.basic import NormalRV
 
 from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
-from pymc_sgmcmc.sampling.model_graph import initial_values_set_aside
+from pymc_sgmcmc.sampling.model_graph import flat_slices, initial_values_set_aside
 
 SUFFIX = "_z"
 """The sampled standard-normal variable of a centred ``a`` is named ``a`` + this."""
@@ -115,14 +116,12 @@ class NonCentring:
 
     def point_to_sampled(self, point: dict[str, Any], vars: list[Variable]) -> dict[str, Any]:
         """A point by the user's value-variable names (``vars`` among them) in ours."""
-        flat = np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(float)
-        sampled = self.to_sampled(flat)
+        mapped = DictToArrayBijection.map({v.name: point[v.name] for v in vars})
+        sampled = self.to_sampled(mapped.data.astype(float))
+        values = DictToArrayBijection.rmap(RaveledVars(sampled, mapped.point_map_info))
         converted = {k: v for k, v in point.items() if k not in self.names}
-        start = 0
         for user, ours in zip(vars, self.vars, strict=True):
-            stop = start + int(np.size(point[user.name]))
-            converted[ours.name] = sampled[start:stop].reshape(np.shape(point[user.name]))
-            start = stop
+            converted[ours.name] = values[user.name]
         return converted
 
     def options_to_sampled(self, options: dict[str, Any], vars: list[Variable]) -> dict:
@@ -209,10 +208,9 @@ def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCe
     # Each centred variable's place in the flat position, and its location and scale
     # as functions of the user's flat position (the globals are the same in both).
     point = model.initial_point()
-    sizes = [int(np.size(point[v.name])) for v in vars]
-    starts = np.concatenate([[0], np.cumsum(sizes)])
+    places = flat_slices(point, vars)
     outputs, slices = [], []
-    for k, value in enumerate(vars):
+    for value in vars:
         if value.name in centred:
             rv, loc, scale = centred[value.name]
             shape = point[value.name].shape
@@ -220,7 +218,7 @@ def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCe
                 [pt.broadcast_to(loc, shape), pt.broadcast_to(scale, shape)]
             )
             outputs.extend(g.ravel() for g in graphs)
-            slices.append(slice(int(starts[k]), int(starts[k + 1])))
+            slices.append(places[value.name])
     outputs, position = join_nonshared_inputs(point, outputs, vars, {})
     return NonCentring(sampled, sampled_vars, tuple(centred), point, slices, position, outputs)
 
