@@ -22,6 +22,7 @@ Protocol, in six lines:
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -46,6 +47,12 @@ class DataPasses(Protocol):
         self, position: np.ndarray, rows: list[np.ndarray]
     ) -> tuple[float, np.ndarray]:
         """Log density and gradient on the given rows of each minibatch group."""
+
+    def others(self) -> dict[str, np.ndarray]:
+        """The current values of the variables the step does not sample, by name."""
+
+    def others_at(self, values: dict[str, np.ndarray]) -> AbstractContextManager:
+        """Passes inside the ``with`` block read those variables at ``values``."""
 
 
 class Whitening(Protocol):
@@ -206,7 +213,9 @@ class MinibatchEstimator:
             rows, _, _ = grouping.layout.draw(rng, 1, grouping.groups_per_step)
             estimate = grouping.likelihood_gradient(position, rows)
             if anchor is not None and self.anchored:
-                estimate = estimate - grouping.likelihood_gradient(anchor.position, rows)
+                with self.passes.others_at(anchor.others):
+                    at_anchor = grouping.likelihood_gradient(anchor.position, rows)
+                estimate = estimate - at_anchor
             estimates.append(grouping.weights * estimate)
         return np.where(grouping.layout.is_local, 0.0, estimates[0] - estimates[1])
 
@@ -214,7 +223,7 @@ class MinibatchEstimator:
         """An anchor at ``position``, or ``None`` where the full-data pass is not finite."""
         logp, gradient = self.passes.full_pass(position)
         if np.isfinite(logp) and np.all(np.isfinite(gradient)):
-            return Anchor(np.asarray(position), float(logp), gradient)
+            return Anchor(np.asarray(position), float(logp), gradient, self.passes.others())
         return None
 
     def anchor_at(self, position: np.ndarray, what: str) -> Anchor:
@@ -226,7 +235,7 @@ class MinibatchEstimator:
                 f"at the {what} point (log p = {logp}), so control variates cannot be "
                 "anchored there. Pass an anchor inside the support, e.g. pmsg.find_mode()."
             )
-        return Anchor(np.asarray(position), float(logp), gradient)
+        return Anchor(np.asarray(position), float(logp), gradient, self.passes.others())
 
 
 class ControlVariates(MinibatchEstimator):
@@ -248,7 +257,7 @@ class ControlVariates(MinibatchEstimator):
             "anchor.position": anchor.position,
             "anchor.logp": np.asarray(anchor.logp, dtype=dtype),
             "anchor.gradient": anchor.gradient,
-        }
+        } | {f"anchor.others.{name}": value for name, value in anchor.others.items()}
 
     def data_replaced(self) -> None:
         """The anchor's full-data gradient belongs to the old data: a new pass there."""
@@ -260,7 +269,8 @@ class ControlVariates(MinibatchEstimator):
     ) -> np.ndarray:
         difference = super()._difference(position, anchor, draws)
         if anchor is not None:
-            difference -= super()._difference(anchor.position, None, draws)
+            with self.passes.others_at(anchor.others):
+                difference -= super()._difference(anchor.position, None, draws)
         return difference
 
 

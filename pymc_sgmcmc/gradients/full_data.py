@@ -19,7 +19,7 @@ minibatched arrays as placeholders, fed the rows themselves:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytensor.tensor as pt
@@ -244,11 +244,17 @@ class Anchor:
         ``log p(θ̂)`` on all rows.
     gradient : ndarray
         ``∇log p(θ̂)`` on all rows.
+    others : dict of str to ndarray
+        The values, by name, of the model's variables that the step does not sample
+        (another sampler's, in a ``CompoundStep``) when that pass was made: the
+        minibatch term at the anchor is evaluated with them, so that the estimate stays
+        unbiased when the other sampler moves them. Empty where the step samples all.
     """
 
     position: np.ndarray
     logp: float
     gradient: np.ndarray
+    others: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _row_bytes(arrays: list[Variable]) -> int:

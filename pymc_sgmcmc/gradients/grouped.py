@@ -188,8 +188,12 @@ class GroupedGradient:
                 here = self._at(prior, x) + weight * self._at(likelihood, x, batch)
                 if anchor is None:
                     return here
-                at_anchor = full(anchor) - self._at(prior, anchor.position)
-                return here + at_anchor - weight * self._at(likelihood, anchor.position, batch)
+                at_anchor = full(anchor) - anchor.as_taken(self._at(prior, anchor.position))
+                return (
+                    here
+                    + at_anchor
+                    - weight * anchor.as_taken(self._at(likelihood, anchor.position, batch))
+                )
 
             return _once_per_position(value)
 

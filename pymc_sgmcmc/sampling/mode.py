@@ -16,7 +16,8 @@ or its diagonal from random probes on full-data passes otherwise.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -143,6 +144,30 @@ class ModeFinder:
                 self._rows, self.flat.groups, function=self._function()
             )
         return self._subsample
+
+    def others(self) -> dict[str, np.ndarray]:
+        """The current values of the variables the step does not sample, by name (copies).
+
+        Another sampler of a ``CompoundStep`` sets them (``ArrayStepShared``) before each
+        of the step's draws; every pass reads them.
+        """
+        return {
+            value.name: np.array(shared.get_value(borrow=True), dtype=shared.dtype)
+            for value, shared in self.flat.shared.items()
+        }
+
+    @contextmanager
+    def others_at(self, values: dict[str, np.ndarray]) -> Iterator[None]:
+        """Inside the block, passes read the variables the step does not sample at ``values``."""
+        shared = {value.name: var for value, var in self.flat.shared.items()}
+        saved = {name: shared[name].get_value(borrow=True) for name in values}
+        try:
+            for name, value in values.items():
+                shared[name].set_value(value, borrow=True)
+            yield
+        finally:
+            for name, value in saved.items():
+                shared[name].set_value(value, borrow=True)
 
     def full_pass(self, position: np.ndarray) -> tuple[float, np.ndarray]:
         """Full-data log density and gradient, counting the rows read."""

@@ -154,7 +154,7 @@ def anchored_estimator(
         estimator.initial_anchor = estimator.anchor_at(position, "anchor=")
         estimator.follows_tuning = False
     elif estimator.anchored and mode is not None:
-        estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient)
+        estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient, passes.others())
     return estimator
 
 

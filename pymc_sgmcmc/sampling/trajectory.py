@@ -209,7 +209,8 @@ class CompiledTrajectory:
 
     Inputs: ``position``, ``state.<field>`` for the kernel's other state fields,
     ``params.<path>`` for every array of its parameters, ``anchor.position``,
-    ``anchor.logp`` and ``anchor.gradient`` (control variates only), ``refresh`` (whether to apply
+    ``anchor.logp``, ``anchor.gradient`` and ``anchor.others.<name>`` for each variable the
+    step does not sample (control variates only), ``refresh`` (whether to apply
     the kernel's ``refresh``) and ``refresh_noise``, ``noise`` (``(n_steps, dim)``
     standard normal), ``rows_<k>`` (one index array per ``pm.Minibatch`` call).
 
@@ -313,7 +314,8 @@ def build_trajectory(
         The full-data log density, for a kernel with an energy.
     gradient : {"minibatch", "control_variates", "svrg"}
         The gradient estimator; the last two add the inputs ``anchor.position``,
-        ``anchor.logp`` and ``anchor.gradient``.
+        ``anchor.logp``, ``anchor.gradient`` and ``anchor.others.<name>``
+        (:class:`~pymc_sgmcmc.gradients.control_variates.SymbolicAnchor`).
     """
     dtype = graph.position.dtype
     inputs: dict[str, Variable] = {"position": graph.position}
@@ -328,12 +330,21 @@ def build_trajectory(
     start = kernel.state_type(graph.position, *(inputs[f"state.{n}"] for n in kernel.resamples))
     estimator: MinibatchGradient | ControlVariateGradient = MinibatchGradient(graph)
     if gradient in ANCHORED_GRADIENTS:
+        # Another sampler's variables, at their values when the anchor was taken.
+        others = {
+            shared: shared.type(name=f"anchor.others.{value.name}")
+            for value, shared in graph.shared.items()
+        }
         anchor = SymbolicAnchor(
             position=pt.vector("anchor.position", dtype=dtype),
             logp=pt.scalar("anchor.logp", dtype=dtype),
             gradient=pt.vector("anchor.gradient", dtype=dtype),
+            others=others,
         )
-        inputs.update({f"anchor.{name}": var for name, var in anchor._asdict().items()})
+        inputs.update(
+            {f"anchor.{name}": getattr(anchor, name) for name in ("position", "logp", "gradient")}
+        )
+        inputs.update({var.name: var for var in others.values()})
         estimator = ControlVariateGradient(estimator, anchor)
     start_record: list[Variable] = []
     # Refresh and prepare share the rows of the start (reserved only if they use them).
