@@ -228,6 +228,23 @@ def test_sgnht_thermostat_update_is_step_times_kinetic_temperature_minus_one():
     np.testing.assert_allclose(new_position, position + step_size * inv_mass @ momentum)
 
 
+def test_sgnht_thermostat_of_a_held_step_reads_the_moving_coordinates_alone():
+    # Minibatches of whole groups: coordinates 1 and 3 are held (zero momentum in, state
+    # restored by the caller). Their new momenta (gradient and noise) must not reach ξ.
+    rng = np.random.default_rng(1)
+    inv_mass = np.array([0.5, 2.0, 1.5, 3.0])
+    moving = np.array([1.0, 0.0, 1.0, 0.0])
+    momentum = rng.normal(size=4) * moving
+    arguments = (np.zeros(4), momentum, 0.7, gaussian_grad(np.ones(4)), rng.normal(size=4))
+    new_position, new_momentum, new_thermostat = sgnht_step(*arguments, 0.05, inv_mass, 1.3, moving)
+    temperature = (new_momentum**2 * inv_mass)[[0, 2]].sum() / 2
+    assert new_thermostat == pytest.approx(0.7 + 0.05 * (temperature - 1.0), rel=1e-12)
+    np.testing.assert_array_equal(new_position[[1, 3]], 0.0)  # no momentum: no drift
+    # All coordinates moving: the plain step.
+    everything = sgnht_step(*arguments, 0.05, inv_mass, 1.3, np.ones(4))
+    np.testing.assert_allclose(everything[2], sgnht_step(*arguments, 0.05, inv_mass, 1.3)[2])
+
+
 def test_sgnht_friction_acts_on_the_momentum_itself_whatever_the_mass():
     # Friction in the metric of the mass: with no gradient or noise, p' = (1 − εξ) p.
     momentum = np.array([1.0, -2.0])

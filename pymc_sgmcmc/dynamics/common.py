@@ -28,3 +28,13 @@ def kinetic_energy(inv_mass: Array, momentum: Array) -> Array:
 def kinetic_temperature(inv_mass: Array, momentum: Array) -> Array:
     """Return ``pᵀ M⁻¹ p / D``; it averages 1 when ``p ~ N(0, M)``."""
     return 2.0 * kinetic_energy(inv_mass, momentum) / momentum.shape[0]
+
+
+def moving_kinetic_temperature(inv_mass: Array, momentum: Array, moving: Array) -> Array:
+    """Return ``Σ_S p_i² (M⁻¹)_ii / |S|`` over the coordinates ``S`` that move.
+
+    ``moving`` is 1 on ``S`` and 0 elsewhere; the inverse mass is diagonal (1-D), as for
+    every step that holds coordinates in place. It averages 1 when ``p_S ~ N(0, M_S)``,
+    whatever the held coordinates' momenta.
+    """
+    return (moving * momentum * velocity(inv_mass, momentum)).sum() / moving.sum()

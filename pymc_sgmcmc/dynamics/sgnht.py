@@ -23,7 +23,11 @@ identical).
 from __future__ import annotations
 
 from pymc_sgmcmc.core.arrays import Array, GradLogp
-from pymc_sgmcmc.dynamics.common import kinetic_temperature, velocity
+from pymc_sgmcmc.dynamics.common import (
+    kinetic_temperature,
+    moving_kinetic_temperature,
+    velocity,
+)
 
 
 def sgnht_step(
@@ -35,6 +39,7 @@ def sgnht_step(
     step_size: Array,
     inv_mass: Array,
     diffusion: Array,
+    moving: Array | None = None,
 ) -> tuple[Array, Array, Array]:
     """One SGNHT step.
 
@@ -55,6 +60,14 @@ def sgnht_step(
         ``M⁻¹``, diagonal (1-D) or dense (2-D).
     diffusion : scalar
         ``A``.
+    moving : array, optional
+        1 where a coordinate moves, 0 where the step holds it (minibatches of whole
+        groups; held coordinates come in with zero momentum and a diagonal mass, and the
+        caller restores their state). The thermostat then reads the kinetic temperature
+        of the moving coordinates ``S`` alone, ``Σ_S p_i² (M⁻¹)_ii / |S|``: with ``|S|``
+        the same at every step, ``π(θ) N(p; 0, M) N(ξ; A, 1/|S|)`` is invariant under the
+        step on ``S`` (the Fokker–Planck terms of the friction and of the thermostat
+        cancel as for the whole vector), so any sequence of such steps keeps it.
 
     Returns
     -------
@@ -70,5 +83,10 @@ def sgnht_step(
         + (2.0 * diffusion * step_size) ** 0.5 * noise
     )
     # Alg. 2: ξ ← ξ + ε (pᵀM⁻¹p / D − 1)
-    new_thermostat = thermostat + step_size * (kinetic_temperature(inv_mass, new_momentum) - 1.0)
+    temperature = (
+        kinetic_temperature(inv_mass, new_momentum)
+        if moving is None
+        else moving_kinetic_temperature(inv_mass, new_momentum, moving)
+    )
+    new_thermostat = thermostat + step_size * (temperature - 1.0)
     return new_position, new_momentum, new_thermostat

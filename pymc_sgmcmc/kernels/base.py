@@ -137,6 +137,12 @@ class Kernel:
         field shared by all coordinates). Then a step can hold any coordinates in place
         (their state fields zero going in, restored coming out), which minibatches of
         whole groups need (:mod:`pymc_sgmcmc.gradients.grouped`).
+    held_step : callable, optional
+        ``(state, target, noise, params, moving) -> state``: :attr:`step` for a kernel
+        that is not coordinatewise but can still hold coordinates in place when told
+        which move (``moving``: 1 where a coordinate moves, 0 where it is held; the
+        metric diagonal), e.g. a thermostat that then reads the moving coordinates
+        alone. Used, as the coordinatewise step is, for minibatches of whole groups.
     estimated_noise : str, optional
         A parameter the glue sets from the measured gradient noise during tuning when
         the user passes "auto" (SGHMC's ``noise_estimate``).
@@ -182,6 +188,7 @@ class Kernel:
     metric: str = "none"
     estimated_noise: str | None = None
     coordinatewise: bool = False
+    held_step: Callable[..., State] | None = None
     validate: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
@@ -217,6 +224,23 @@ class Kernel:
         if self.step_info:
             return self.step(state, target, noise, params)
         return self.step(state, target, noise, params), {}
+
+    def step_holding(
+        self, state: State, target: Target, noise: Any, params: Params, moving: Any
+    ) -> tuple[State, dict[str, Any]]:
+        """One step that holds the coordinates where ``moving`` is 0, as ``(state, info)``.
+
+        The caller zeroes the held coordinates' per-coordinate fields going in and
+        restores them coming out; :attr:`held_step` is told which coordinates move.
+        """
+        if self.held_step is not None:
+            return self.held_step(state, target, noise, params, moving), {}
+        return self.step_with_info(state, target, noise, params)
+
+    @property
+    def holds_coordinates(self) -> bool:
+        """Whether a step can hold some coordinates in place (whole groups)."""
+        return self.coordinatewise or self.held_step is not None
 
     @cached_property
     def constant_metric(self) -> bool:

@@ -69,6 +69,30 @@ def step(state: SGNHTState, target: Target, noise: Array, params: SGNHTParams) -
     )
 
 
+def held_step(
+    state: SGNHTState, target: Target, noise: Array, params: SGNHTParams, moving: Array
+) -> SGNHTState:
+    """One step that moves only the coordinates where ``moving`` is 1 (whole groups).
+
+    The thermostat follows the moving coordinates' kinetic temperature
+    (:func:`~pymc_sgmcmc.dynamics.sgnht.sgnht_step`'s ``moving``).
+    """
+    metric = params.metric
+    return SGNHTState(
+        *sgnht_step(
+            state.position,
+            state.momentum,
+            state.thermostat,
+            target.grad,
+            metric.momentum(state.position, noise),
+            params.step_size,
+            metric.inverse,
+            params.diffusion,
+            moving,
+        )
+    )
+
+
 def stats(state: SGNHTState, info: dict, params: SGNHTParams) -> dict:
     """Kinetic temperature ``pᵀM⁻¹p / D`` and thermostat ``ξ``."""
     temperature = params.metric.kinetic_temperature(state.position, state.momentum)
@@ -82,6 +106,7 @@ KERNEL = Kernel(
     init=init,
     refresh=refresh,
     step=step,
+    held_step=held_step,
     stats=stats,
     stats_dtypes={"kinetic_temperature": (np.float64, []), "thermostat": (np.float64, [])},
     gradient_at_end=True,

@@ -448,12 +448,14 @@ class _LikelihoodGradient:
 def groups_supported(kernel: Kernel) -> bool:
     """Whether the kernel can hold coordinates in place step by step.
 
-    Coordinatewise kernels (:attr:`~pymc_sgmcmc.kernels.base.Kernel.coordinatewise`) with
-    a constant Euclidean metric, no energy (a Metropolis test would judge a trajectory
-    whose moving block changes at every step) and no start-of-trajectory gradient.
+    Coordinatewise kernels (:attr:`~pymc_sgmcmc.kernels.base.Kernel.coordinatewise`), or
+    ones told which coordinates move (:attr:`~pymc_sgmcmc.kernels.base.Kernel.held_step`,
+    SGNHT's thermostat), with a constant Euclidean metric, no energy (a Metropolis test
+    would judge a trajectory whose moving block changes at every step) and no
+    start-of-trajectory gradient.
     """
     return (
-        kernel.coordinatewise
+        kernel.holds_coordinates
         and kernel.metric == "euclidean"
         and kernel.energy is None
         and kernel.prepare is None
@@ -506,9 +508,9 @@ def group_minibatches(
     reasons = []
     if not groups_supported(kernel):
         reasons.append(
-            "its kernel cannot hold a group's parameters in place (a thermostat or other "
-            "state shared by all coordinates, a Metropolis test, a position-dependent "
-            "metric; SGLD and SGHMC can)"
+            "its kernel cannot hold a group's parameters in place (a Metropolis test, a "
+            "Nosé-Poincaré thermostat, a position-dependent metric; SGLD, SGHMC and "
+            "SGNHT can)"
         )
     if gradient not in ("minibatch", "control_variates"):
         reasons.append(f"gradient={gradient!r} (use 'control_variates' or 'minibatch')")

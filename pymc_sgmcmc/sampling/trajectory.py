@@ -390,7 +390,10 @@ def build_trajectory(
                     for k, (value, held) in enumerate(zip(state_t, per_coordinate, strict=True))
                 )
             )
-        new, info = kernel.step_with_info(moving, target, noise_t, symbolic_params)
+        if mask is None:
+            new, info = kernel.step_with_info(moving, target, noise_t, symbolic_params)
+        else:
+            new, info = kernel.step_holding(moving, target, noise_t, symbolic_params, mask)
         if mask is not None:
             new = kernel.state_type(
                 *(
