@@ -5,6 +5,7 @@ with the scales known: the posterior of ``(mu, a)`` is Gaussian, its mean and co
 solved exactly. Each group is ~1/13 of a minibatch of 100 rows.
 """
 
+import functools
 import warnings
 
 import arviz as az
@@ -92,6 +93,14 @@ def test_whole_groups_give_the_exact_hierarchical_posterior_with_defaults(cls, d
     assert worst_variance < 4.5, worst_variance
 
 
+def test_svrg_draws_whole_groups_too(data, exact):
+    # The anchor moves to the chain every 100 draws; the grouped estimator takes any anchor.
+    worst_mean, worst_variance = sample_and_compare(
+        functools.partial(pmsg.SGHMC, gradient="svrg"), data, exact
+    )
+    assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
+
+
 def without_exact_local_moves(monkeypatch):
     """The kernel alone: the exact moves after each trajectory would mend its locals."""
     monkeypatch.setattr(WholeGroups, "_update_locals", lambda self, position, *args: position)
@@ -176,8 +185,9 @@ def test_a_sampler_that_cannot_draw_whole_groups_warns_on_a_hierarchical_model(d
     with hierarchical_model(*data):
         with pytest.warns(RuntimeWarning, match=r"SGNPHMC: this model indexes .* pmsg.SGHMC\(\)"):
             assert pmsg.SGNPHMC(mode_kwargs={"progressbar": False}).groups is None
-        with pytest.warns(RuntimeWarning, match="gradient='svrg'"):
-            assert pmsg.SGHMC(gradient="svrg", mode_kwargs={"progressbar": False}).groups is None
+        with pytest.warns(RuntimeWarning, match="minibatch='trajectory'"):
+            step = pmsg.SGHMC(minibatch="trajectory", mode_kwargs={"progressbar": False})
+            assert step.groups is None
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             pmsg.SGNPHMC(groups=False, mode_kwargs={"progressbar": False})

@@ -108,7 +108,7 @@ def assemble(
         allow_missing_total_size=allow_missing_total_size, anchor=anchor,
     )  # fmt: skip
     found = group_minibatches(
-        model, graph, vars, initial_point, groups=groups, kernel=kernel, gradient=gradient,
+        model, graph, vars, initial_point, groups=groups, kernel=kernel,
         minibatch=minibatch, sampler=sampler, learns_mass=learns_mass,
         compile_kwargs=compile_kwargs,
     )  # fmt: skip

@@ -485,7 +485,6 @@ def group_minibatches(
     *,
     groups: bool | str,
     kernel: Kernel,
-    gradient: str,
     minibatch: str,
     sampler: str,
     learns_mass: bool = False,
@@ -512,8 +511,6 @@ def group_minibatches(
             "Nosé-Poincaré thermostat, a position-dependent metric; SGLD, SGHMC and "
             "SGNHT can)"
         )
-    if gradient not in ("minibatch", "control_variates"):
-        reasons.append(f"gradient={gradient!r} (use 'control_variates' or 'minibatch')")
     if minibatch != "step":
         reasons.append(f"minibatch={minibatch!r} (whole groups are drawn for every step)")
     layout, rows = None, None
