@@ -191,8 +191,9 @@ def test_a_sampler_that_cannot_draw_whole_groups_warns_on_a_hierarchical_model(d
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             pmsg.SGNPHMC(groups=False, mode_kwargs={"progressbar": False})
-    with switch_model(), warnings.catch_warnings():  # no groups: nothing to say
+    with switch_model(), warnings.catch_warnings():  # no groups: nothing to say of them
         warnings.simplefilter("error", RuntimeWarning)
+        warnings.filterwarnings("ignore", "SGNPHMC: the model has pm.Minibatch data and discrete")
         pmsg.SGNPHMC(mode_kwargs={"progressbar": False})
 
 

@@ -21,7 +21,9 @@ kernel and passes its parameters; it overrides nothing.
 from __future__ import annotations
 
 import logging
+import os
 import time
+import warnings
 from functools import partial
 from typing import Any, ClassVar
 
@@ -55,6 +57,8 @@ from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
 
 _log = logging.getLogger("pymc_sgmcmc")
+_PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""Warnings from set-up name the first line outside the package (the user's)."""
 
 
 @dataclass_state
@@ -158,6 +162,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     ) -> None:
         started = time.perf_counter()
         model, kernel, name = modelcontext(model), self.kernel, type(self).__name__
+        user_model = model  # the non-centred twin, where one is sampled, replaces `model`
         vars = get_value_vars_from_user_vars(
             model.continuous_value_vars if vars is None else vars, model
         )
@@ -230,6 +235,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                 self._sampled_vars,
                 self._initial_point,
             )
+        beside = self._flat.groups and arguments.discrete_beside_minibatch(name, user_model)
+        if beside:
+            warnings.warn(beside, RuntimeWarning, skip_file_prefixes=(_PACKAGE_DIRECTORY,))
         self.setup_seconds = time.perf_counter() - started
         _log.info(
             startup.setup_summary(
