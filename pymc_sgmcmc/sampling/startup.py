@@ -25,6 +25,18 @@ from pymc_sgmcmc.sampling.model_graph import full_data_logp
 from pymc_sgmcmc.sampling.trajectory import ANCHORED_GRADIENTS, GRADIENTS
 
 MODE_SEARCH_DEFAULTS = {"adam_steps": 500, "learning_rate": 0.05, "maxiter": 1000, "gtol": 1e-8}
+
+GROUPED_STEP_SHARE = 0.5
+"""A grouped step's automatic step size, as a share of the kernel's default.
+
+The exact moves after each trajectory move a hierarchy's locals and its scale; the
+trajectory's discretisation error reaches them through the slopes. At SGHMC's default
+0.2, 2,000 logistic groups of lognormal sizes (23 % with 1-3 rows) had the group scale
+0.105-0.129 posterior sd high in three runs; at 0.1, 0.018 sd (its Monte Carlo error
+0.029), the scale's ESS per draw unchanged. The cost, measured on 2,000 balanced groups
+of 100 rows, where the slopes mix slowest: 11 % of their ESS per draw; on a normal
+hierarchy of 300 unbalanced groups and a radon-like linear model, no change beyond Monte
+Carlo error."""
 """The mode search's settings unless ``mode_kwargs`` says otherwise."""
 
 
@@ -229,8 +241,9 @@ def start_up(
             kernel, mode.covariance, mass_adapter=mass_adapter, mass_given=mass_given,
             adapt_mass=adapt_mass, diagonal=grouping is not None, dtype=dtype,
         )  # fmt: skip
+        share = 1.0 if grouping is None else GROUPED_STEP_SHARE
         step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
-            kernel.default_step_size,
+            share * kernel.default_step_size,
             metropolis=kernel.energy is not None,
             damping=damping,
             jitter=jitter,
