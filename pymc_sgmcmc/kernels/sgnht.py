@@ -52,8 +52,14 @@ def refresh(state: SGNHTState, target: Target, normal: Array, params: SGNHTParam
     return state._replace(momentum=params.metric.momentum(state.position, normal))
 
 
-def step(state: SGNHTState, target: Target, noise: Array, params: SGNHTParams) -> SGNHTState:
-    """One step of Algorithm 2's inner loop."""
+def held_step(
+    state: SGNHTState, target: Target, noise: Array, params: SGNHTParams, moving: Array | None
+) -> SGNHTState:
+    """One step that moves only the coordinates where ``moving`` is 1 (whole groups).
+
+    The thermostat follows the moving coordinates' kinetic temperature
+    (:func:`~pymc_sgmcmc.dynamics.sgnht.sgnht_step`'s ``moving``); ``None``: all move.
+    """
     metric = params.metric
     return SGNHTState(
         *sgnht_step(
@@ -65,32 +71,14 @@ def step(state: SGNHTState, target: Target, noise: Array, params: SGNHTParams) -
             params.step_size,
             metric.inverse,
             params.diffusion,
-        )
-    )
-
-
-def held_step(
-    state: SGNHTState, target: Target, noise: Array, params: SGNHTParams, moving: Array
-) -> SGNHTState:
-    """One step that moves only the coordinates where ``moving`` is 1 (whole groups).
-
-    The thermostat follows the moving coordinates' kinetic temperature
-    (:func:`~pymc_sgmcmc.dynamics.sgnht.sgnht_step`'s ``moving``).
-    """
-    metric = params.metric
-    return SGNHTState(
-        *sgnht_step(
-            state.position,
-            state.momentum,
-            state.thermostat,
-            target.grad,
-            metric.momentum(state.position, noise),
-            params.step_size,
-            metric.inverse,
-            params.diffusion,
             moving,
         )
     )
+
+
+def step(state: SGNHTState, target: Target, noise: Array, params: SGNHTParams) -> SGNHTState:
+    """One step of Algorithm 2's inner loop, every coordinate moving."""
+    return held_step(state, target, noise, params, None)
 
 
 def stats(state: SGNHTState, info: dict, params: SGNHTParams) -> dict:
