@@ -68,10 +68,11 @@ class FixedPoint:
     def _solve_symbolic(
         self, update: Callable[[tuple[Array, ...]], tuple[Array, ...]], start: tuple[Array, ...]
     ) -> tuple[tuple[Array, ...], Array]:
-        # A scan, not an unrolled loop: one copy of the update's graph (which holds
+        # A loop, not an unrolled one: one copy of the update's graph (which holds
         # derivatives of the metric) instead of one per iteration keeps compilation short.
-        import pytensor
         import pytensor.tensor as pt
+
+        from pymc_sgmcmc.core.loops import loop
 
         def body(*carried: Array) -> list[Array]:
             value = carried[:-1]  # the last is the previous residual
@@ -79,13 +80,7 @@ class FixedPoint:
             return [*new, _max_abs_change(new, value)]
 
         residual0 = pt.as_tensor_variable(np.asarray(0.0, dtype=start[0].dtype))
-        outputs = pytensor.scan(
-            body,
-            outputs_info=[*start, residual0],
-            n_steps=self.steps,
-            return_updates=False,
-        )
-        *values, residuals = (out[-1] for out in outputs)
+        *values, residuals = (out[-1] for out in loop(body, [*start, residual0], self.steps))
         return tuple(values), residuals
 
 

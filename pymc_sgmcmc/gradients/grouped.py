@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import clone_replace, graph_replace
+from pytensor.graph.replace import graph_replace
 
 from pymc_sgmcmc.gradients.control_variates import SymbolicAnchor
 from pymc_sgmcmc.gradients.graphs import RowLogp, as_shared_data
-from pymc_sgmcmc.gradients.minibatch import _once_per_position
+from pymc_sgmcmc.gradients.minibatch import _once_per_position, substituted
 from pymc_sgmcmc.kernels.base import Target
 
 
@@ -170,7 +170,7 @@ class GroupedGradient:
         replace = {self.position: x}
         if batch is not None:
             replace.update(zip(self.placeholders, batch, strict=True))
-        return clone_replace(graph, replace)
+        return substituted(graph, replace)
 
     def target(
         self,
