@@ -47,10 +47,11 @@ def build_graphs_afresh():
     them. Measured on a 2-D funnel: SGR-NPHMC's trajectory rewrites in ~50 s in a fresh
     process and in ~105 s after an RHMC trajectory (its inner graphs come out 1.3-2.7x
     larger), RHMC's in ~50 s fresh and ~145 s after SGR-NPHMC's; emptying the table first
-    restores the fresh times. A trajectory of the same structure as one compiled before
-    rewrites faster (20 s against ~100 s), so tests that share a structure do not call this
-    between them. A user's script builds one or two samplers; the suite builds hundreds in
-    two processes.
+    restores the fresh times (measured when the trajectories' loops still copied one
+    another; now each compiles in 10-16 s fresh). A trajectory of the same structure as
+    one compiled before rewrites faster (20 s against ~100 s), so tests that share a
+    structure do not call this between them. A user's script builds one or two samplers;
+    the suite builds hundreds in two processes.
     """
     FrozenApply._cache.clear()
 

@@ -278,7 +278,7 @@ def gaussians_model():
     """A minibatched normal mean ``mu`` beside a correlated 2-D Gaussian ``x``.
 
     Independent blocks with exact posteriors, in one model so that SGR-NPHMC's trajectory
-    (~40 s of graph rewriting) is compiled once for both and for the wrong-temperature
+    (~15 s to compile) is compiled once for both and for the wrong-temperature
     check: the diagonal metric treats each coordinate on its own, and the one step size
     is set by the harder block.
     """
