@@ -19,7 +19,7 @@ import pytensor
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import ancestors, toposort
+from pytensor.graph.traversal import toposort
 from pytensor.tensor.variable import TensorVariable
 
 
@@ -69,13 +69,11 @@ def loop(
     placeholders = [value.type() for value in start]
     body_outputs = list(step(*placeholders))
     invariants = loop_invariants(body_outputs, placeholders)
-    read = set(ancestors(body_outputs, blockers=invariants))
 
     def body(*args: Variable) -> list[Variable]:
-        pairs = zip([*placeholders, *invariants], args, strict=True)
-        # graph_replace refuses a replacement that the graph does not read.
-        replacements = {old: new for old, new in pairs if old in read}
-        return list(graph_replace(body_outputs, replacements, strict=True))
+        # Not strict: a carried value the step ignores (a residual) is not in its graph.
+        replacements = dict(zip([*placeholders, *invariants], args, strict=True))
+        return list(graph_replace(body_outputs, replacements, strict=False))
 
     outputs = pytensor.scan(
         body,

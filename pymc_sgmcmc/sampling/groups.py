@@ -36,6 +36,7 @@ from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.gradients.estimators import Grouping
 from pymc_sgmcmc.gradients.graphs import FlatLogp, RowLogp, as_shared_data, data_value
 from pymc_sgmcmc.gradients.grouped import GroupedGradient, GroupLayout
+from pymc_sgmcmc.gradients.minibatch import substituted
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling.model_graph import row_logp
 
@@ -369,11 +370,11 @@ class GroupLogDensities:
         batch = {p: d[rows] for p, d in zip(self.placeholders, self.data, strict=True)}
         prior = pt.add(
             *(
-                _replaced(term, replace).reshape((self.n_groups, -1)).sum(1)
+                substituted(term, replace).reshape((self.n_groups, -1)).sum(1)
                 for term in self.local_prior
             )
         )[groups]
-        terms = [_replaced(term, replace | batch) for term in self.likelihood]
+        terms = [substituted(term, replace | batch) for term in self.likelihood]
         per_row = pt.add(*(term.reshape((rows.shape[0], -1)).sum(1) for term in terms))
         likelihood = pt.inc_subtensor(
             pt.zeros_like(prior)[segments], self.row_weight(rows, x.dtype) * per_row
@@ -383,12 +384,6 @@ class GroupLogDensities:
     def row_weight(self, rows: Variable, dtype: str) -> Variable:
         """``n/N``, which undoes PyMC's ``N/n`` on a minibatch's terms: each row once."""
         return pt.cast(rows.shape[0], dtype) / pt.cast(self.data[0].shape[0], dtype)
-
-
-def _replaced(graph: Variable, replace: dict) -> Variable:
-    # graph_replace keeps the replacements themselves (clone_replace copies them, and a
-    # gradient with respect to the new position would find it disconnected).
-    return graph_replace(graph, replace, strict=False)
 
 
 def group_log_densities(
