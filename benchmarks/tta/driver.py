@@ -143,6 +143,7 @@ def run(args: argparse.Namespace, cache: Path, workdir: Path) -> None:
         cfg = {**base, **cfg, "chains": args.chains, "tune": args.tune, "draws": args.draws}
         rows.append(run_row(args, cfg, ref_info["gradient_s"], workdir))
 
+    header = header_lines(args, ref_lines, command, rows)  # now with the JAX devices
     text = table(args, rows, header)
     print(text)
     if args.out:

@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import subprocess
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -50,8 +51,12 @@ def fmt_rows(value: float | None, approx: bool = False) -> str:
     return f"{'~' if approx else ''}{value:.2e}"
 
 
-def environment(args: argparse.Namespace) -> list[str]:
-    """Two header lines: the machine, and the versions and git revision."""
+def environment(args: argparse.Namespace, rows: Sequence[dict] = ()) -> list[str]:
+    """The header lines on the machine, JAX's devices, the versions and git revision.
+
+    The JAX line lists the devices that the NumPyro rows among ``rows`` ran on (as their
+    workers report them), and is left out before the rows have run or when none did.
+    """
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError, StopIteration):
         with open("/proc/cpuinfo") as f:
@@ -77,9 +82,11 @@ def environment(args: argparse.Namespace) -> list[str]:
         rev += " + uncommitted changes" if dirty else ""
     except (OSError, subprocess.CalledProcessError):
         rev = "unknown"
+    devices = dict.fromkeys(r["jax_devices"] for r in rows if r.get("jax_devices"))
     return [
         f"- Machine: {cpu}, {os.cpu_count()} logical cores; {platform.system()} "
         f"{platform.machine()}; Python {platform.python_version()}",
+        *([f"- JAX (NumPyro rows): {'; '.join(devices)}"] if devices else []),
         f"- Versions: {', '.join(versions)}; pymc_sgmcmc at git {rev}",
     ]
 
@@ -103,14 +110,16 @@ def problem_description(args: argparse.Namespace) -> str:
     )
 
 
-def header_lines(args: argparse.Namespace, ref_lines: list[str], command: str) -> list[str]:
-    """The title and the bullet list above the table."""
+def header_lines(
+    args: argparse.Namespace, ref_lines: list[str], command: str, rows: Sequence[dict] = ()
+) -> list[str]:
+    """The title and the bullet list above the table (with ``rows``: their JAX devices)."""
     hier = args.model == "hierarchical"
     problem = problem_description(args)
     return [
         f"# Time to accuracy: {problem}",
         "",
-        *environment(args),
+        *environment(args, rows),
         f"- Problem: {problem}; float64; prior w ~ N(0, {PRIOR_SD:g}²)"
         + (f", mu ~ N(0, {MU_SD:g}²), sigma ~ HalfNormal({SIGMA_SCALE:g})" if hier else "")
         + f"; minibatches of {args.batch_size} rows (ADVI, ours)",

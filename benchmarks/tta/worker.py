@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,17 @@ def import_libraries(kind: str) -> None:
     if kind == "nutpie":
         import nutpie  # noqa: F401
     import arviz  # noqa: F401
+
+
+def jax_devices() -> str:
+    """JAX's default devices here, e.g. ``"gpu (NVIDIA H200)"``, ``"2 × cpu"``."""
+    import jax
+
+    counts = Counter(
+        d.platform if d.device_kind.lower() == d.platform else f"{d.platform} ({d.device_kind})"
+        for d in jax.devices()
+    )
+    return ", ".join(name if n == 1 else f"{n} × {name}" for name, n in counts.items())
 
 
 def warning_messages(caught: list) -> list[str]:
@@ -84,6 +96,9 @@ def worker(cfg: dict) -> None:
         result["error"] = f"{type(err).__name__}: {err}"
         with contextlib.suppress(Exception):
             memory.stop()
+    if kind in ("numpyro", "numpyro-pymc", "reference"):
+        with contextlib.suppress(Exception):  # after sampling: JAX is initialised by then
+            result["jax_devices"] = jax_devices()
     Path(cfg["result"]).write_text(json.dumps(result, default=json_default))
     if "error" in result:
         sys.exit(1)
