@@ -6,6 +6,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 import scipy.stats as st
+from helpers import draws_of, sample
 from pymc.data import MinibatchOp
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
@@ -188,3 +189,21 @@ def test_minibatch_of_data_container_rereads_rows_after_set_data():
     (rows,) = step.draw_rows()
     assert rows.max() < 25
     assert model["values"].get_value().shape == (25,)
+
+
+def test_data_outside_the_minibatches_set_after_the_step_is_built_reaches_the_trajectory():
+    # PyMC's model copy deep-copies pm.Data: a trajectory built on the copy kept the
+    # shift of 0 it had when the step was built.
+    y = np.random.default_rng(7).normal(size=N_ROWS)
+    with pm.Model() as model:
+        shift = pm.Data("shift", 0.0)
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("obs", mu + shift, 1.0, observed=pm.Minibatch(y, batch_size=8), total_size=N_ROWS)
+        built_before = pmsg.SGLD(step_size=0.01, gradient="minibatch")
+        pm.set_data({"shift": 3.0})
+        built_after = pmsg.SGLD(step_size=0.01, gradient="minibatch")
+    before = sample(built_before, model, draws=20, tune=0)
+    after = sample(built_after, model, draws=20, tune=0)
+    np.testing.assert_array_equal(draws_of(before, "mu"), draws_of(after, "mu"))
+    # The two steps have the same graph, so the second reused the first's compiled function.
+    assert built_before.trajectory_function.function is built_after.trajectory_function.function

@@ -28,6 +28,7 @@ import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection
 from pymc.data import MinibatchOp
 from pymc.distributions.distribution import SymbolicRandomVariable
+from pymc.model.fgraph import ModelNamed
 from pymc.pytensorf import join_nonshared_inputs
 from pymc.variational.minibatch_rv import MinibatchRandomVariable
 from pytensor.compile.sharedvalue import SharedVariable
@@ -264,6 +265,22 @@ def _rebuilt_node(node: Apply, inputs: list[Variable]) -> Apply:
     return node.clone_with_new_inputs(inputs, strict=False)
 
 
+def keep_the_models_data(fgraph, model) -> None:
+    """Put ``model``'s named data (``pm.Data``) back in ``fgraph``, a copy of ``model``.
+
+    PyMC's ``fgraph_from_model`` deep-copies every named shared variable. A graph that
+    read the copies would keep the values they had when the step was built (a later
+    ``pm.set_data`` would not reach it, while the step's other functions, built on the
+    model itself, would follow), hold the data twice, and differ from the graph of
+    another step on the same model (so its compiled function could not be reused).
+    """
+    for node in list(fgraph.apply_nodes):
+        if isinstance(node.op, ModelNamed):
+            copy, original = node.inputs[0], model.named_vars.get(node.op.name)
+            if isinstance(copy, SharedVariable) and isinstance(original, SharedVariable):
+                fgraph.replace(copy, original, import_missing=True)
+
+
 def _replace_rebuilding(
     outputs: list[Variable], replacements: dict[Variable, Variable]
 ) -> list[Variable]:
@@ -305,6 +322,7 @@ def row_logp(
     if flat.groups:
         with initial_values_set_aside(model):
             fgraph, _ = fgraph_from_model(model)
+        keep_the_models_data(fgraph, model)
         replacements = {}
         for node in fgraph.apply_nodes:
             if not isinstance(node.op, MinibatchOp):

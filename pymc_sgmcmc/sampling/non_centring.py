@@ -29,20 +29,22 @@ import pymc as pm
 import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.model.fgraph import (
-    ModelNamed,
     fgraph_from_model,
     model_deterministic,
     model_free_rv,
     model_from_fgraph,
 )
 from pymc.pytensorf import join_nonshared_inputs
-from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.basic import NormalRV
 
 from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
-from pymc_sgmcmc.sampling.model_graph import flat_slices, initial_values_set_aside
+from pymc_sgmcmc.sampling.model_graph import (
+    flat_slices,
+    initial_values_set_aside,
+    keep_the_models_data,
+)
 
 SUFFIX = "_z"
 """The sampled standard-normal variable of a centred ``a`` is named ``a`` + this."""
@@ -185,13 +187,7 @@ def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCe
         return None
     with initial_values_set_aside(model):  # the user's initial point is converted
         fgraph, memo = fgraph_from_model(model)
-    # PyMC deep-copies named data (pm.Data) into the new model; the step reads the
-    # user's, so that pm.set_data reaches it and the data are held once.
-    for node in list(fgraph.apply_nodes):
-        if isinstance(node.op, ModelNamed):
-            copy, original = node.inputs[0], model.named_vars.get(node.op.name)
-            if isinstance(copy, SharedVariable) and isinstance(original, SharedVariable):
-                fgraph.replace(copy, original, import_missing=True)
+    keep_the_models_data(fgraph, model)
     for name, (rv, _, _) in centred.items():
         model_var = memo[rv]
         new_rv = model_var.owner.inputs[0]
