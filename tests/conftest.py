@@ -8,6 +8,14 @@ import numpy as np
 import pymc as pm
 import pytest
 from helpers import BATCH_SIZE, N_ROWS, PRIOR_SD, build_graphs_afresh
+from threadpoolctl import threadpool_limits
+
+# The suite runs in two worker processes on two cores. OpenBLAS starts a thread per core
+# in each and its idle threads spin, so each worker's BLAS calls fought the other
+# worker: HMC on the scale-invariance file's 10-D Gaussian (a Cholesky factor and
+# triangular solves on all rows at every Metropolis test) took 53 s beside another test
+# and 9.6 s with one BLAS thread per worker. Forked chain processes inherit the limit.
+threadpool_limits(limits=1, user_api="blas")
 
 
 @pytest.fixture(scope="module")
