@@ -4,6 +4,8 @@ Compiling a trajectory is the expensive part of a test (once per step-method ins
 so step methods live in module-scoped fixtures and the models are tiny.
 """
 
+import multiprocessing
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -16,6 +18,11 @@ from threadpoolctl import threadpool_limits
 # triangular solves on all rows at every Metropolis test) took 53 s beside another test
 # and 9.6 s with one BLAS thread per worker. Forked chain processes inherit the limit.
 threadpool_limits(limits=1, user_api="blas")
+
+# A user's script imports PyMC in ``__main__``, which "forkserver" preloads in the server
+# that forks every chain process; under pytest ``__main__`` is pytest's, so each chain
+# process imported PyMC itself (~3 s per worker-process test).
+multiprocessing.set_forkserver_preload(["pymc", "pymc_sgmcmc"])
 
 
 @pytest.fixture(scope="module")
