@@ -9,6 +9,7 @@ import multiprocessing
 import numpy as np
 import pymc as pm
 import pytest
+import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS before the limit below)
 from helpers import BATCH_SIZE, N_ROWS, PRIOR_SD, build_graphs_afresh
 from threadpoolctl import threadpool_limits
 
@@ -16,7 +17,8 @@ from threadpoolctl import threadpool_limits
 # in each and its idle threads spin, so each worker's BLAS calls fought the other
 # worker: HMC on the scale-invariance file's 10-D Gaussian (a Cholesky factor and
 # triangular solves on all rows at every Metropolis test) took 53 s beside another test
-# and 9.6 s with one BLAS thread per worker. Forked chain processes inherit the limit.
+# and 9.6 s with one BLAS thread per worker. The limit applies to the BLAS libraries loaded
+# when it is set (NumPy's and SciPy's); forked chain processes inherit it.
 threadpool_limits(limits=1, user_api="blas")
 
 # A user's script imports PyMC in ``__main__``, which "forkserver" preloads in the server
