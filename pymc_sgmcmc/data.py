@@ -1,32 +1,68 @@
-"""Minibatch helper for data that ``pm.Minibatch`` cannot take as it is."""
+"""``pmsg.Minibatch``: ``pm.Minibatch`` for integer arrays and for data beyond RAM."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pymc as pm
 import pytensor
 
+from pymc_sgmcmc.sources import ChunkBuffer, as_row_source
+from pymc_sgmcmc.sources.buffer import DEFAULT_BUFFER_BYTES, DEFAULT_REUSE
+from pymc_sgmcmc.sources.row_sources import ArraySource
 
-def Minibatch(*arrays, batch_size: int):  # noqa: N802 - mirrors pm.Minibatch
-    """``pm.Minibatch`` that also accepts integer arrays (counts, class labels).
 
-    PyMC casts an integer minibatch before it reaches a discrete likelihood, and then
-    refuses it as observed data ("Variables that depend on other nodes cannot be used
-    for observed data"). Passing the data as floating point avoids the cast; this
-    function does that conversion (exact for integers below 2**53) and otherwise
-    behaves as ``pm.Minibatch``: one random set of rows, shared by all arrays.
+def Minibatch(  # noqa: N802 - mirrors pm.Minibatch
+    *arrays: Any,
+    batch_size: int,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    reuse: float = DEFAULT_REUSE,
+    prefetch: bool = True,
+):
+    """``pm.Minibatch`` that also takes integer arrays and out-of-core data.
+
+    In-RAM arrays go to ``pm.Minibatch`` as they are, except that integer arrays (counts,
+    class labels) are passed as floating point: PyMC casts an integer minibatch before
+    it reaches a discrete likelihood and then refuses it as observed data ("Variables
+    that depend on other nodes cannot be used for observed data"). The conversion is
+    exact for integers below 2**53.
+
+    Where any array is out-of-core (a ``zarr.Array``, a lazily opened
+    ``xarray.DataArray``, a ``dask.array.Array``, or any
+    :class:`~pymc_sgmcmc.sources.RowSource` such as
+    :class:`~pymc_sgmcmc.sources.ParquetSource`), the minibatch rows come from a
+    :class:`~pymc_sgmcmc.sources.ChunkBuffer`: whole chunks read into memory (in the
+    background, in proportion to their rows, chosen from the chain's generator) and
+    rows drawn from them, so that the data need not fit in RAM. Our samplers draw the
+    rows and read full-data passes chunk by chunk from the sources; give the observed
+    variable ``total_size=`` the number of rows, as with ``pm.Minibatch``.
 
     Parameters
     ----------
-    *arrays : array_like
-        Arrays with the same number of rows.
+    *arrays : array_like or RowSource
+        Arrays with the same number of rows; one random set of rows is shared by all.
     batch_size : int
         Rows per minibatch.
+    buffer_bytes : int, optional
+        Out-of-core data only: the memory the buffer may hold, all arrays together
+        (512 MiB by default). Data that fit are read once, whole.
+    reuse : float, optional
+        Out-of-core data only: times each buffered row is drawn on average before its
+        chunk is replaced (rows read per row drawn: ``1/reuse``).
+    prefetch : bool, optional
+        Out-of-core data only: read the next chunk in a background thread.
 
     Returns
     -------
     TensorVariable or list of TensorVariable
         One minibatch per array, as ``pm.Minibatch`` returns them.
+
+    Notes
+    -----
+    Out-of-core rows are read by this package's samplers. Anything else that evaluates
+    the model (PyMC's NUTS, ``pm.fit``, predictive sampling) sees only the first
+    ``batch_size`` rows, which the minibatch variables hold between chains.
 
     Examples
     --------
@@ -39,11 +75,39 @@ def Minibatch(*arrays, batch_size: int):  # noqa: N802 - mirrors pm.Minibatch
     """
     if not arrays:
         raise TypeError("Minibatch needs at least one array.")
-    converted = []
-    for array in arrays:
-        if isinstance(array, np.ndarray | list | tuple) or np.isscalar(array):
-            array = np.asarray(array)
-            if array.dtype.kind in "iub":
-                array = array.astype(pytensor.config.floatX)
-        converted.append(array)
-    return pm.Minibatch(*converted, batch_size=batch_size)
+    sources = [as_row_source(a) for a in arrays]
+    if any(s is not None for s in sources):
+        return _buffered_minibatch(
+            arrays, sources, batch_size, buffer_bytes=buffer_bytes, reuse=reuse,
+            prefetch=prefetch,
+        )  # fmt: skip
+    return pm.Minibatch(*(_as_float_if_integer(a) for a in arrays), batch_size=batch_size)
+
+
+def _as_float_if_integer(array: Any) -> Any:
+    if isinstance(array, np.ndarray | list | tuple) or np.isscalar(array):
+        array = np.asarray(array)
+        if array.dtype.kind in "iub":
+            return array.astype(pytensor.config.floatX)
+    return array
+
+
+def _float_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(pytensor.config.floatX) if dtype.kind in "iub" else dtype
+
+
+def _buffered_minibatch(arrays: tuple, sources: list, batch_size: int, **options: Any) -> Any:
+    sources = [
+        ArraySource(_as_float_if_integer(a)) if s is None else s
+        for a, s in zip(arrays, sources, strict=True)
+    ]
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    dtypes = [_float_dtype(s.dtype) for s in sources]
+    buffer = ChunkBuffer(sources, dtypes=dtypes, resting_rows=int(batch_size), **options)
+    shared = [
+        pytensor.shared(rows, name=f"minibatch_rows_{k}", borrow=True)
+        for k, rows in enumerate(buffer.resting_arrays())
+    ]
+    buffer.bind(shared)
+    return pm.Minibatch(*shared, batch_size=int(batch_size))

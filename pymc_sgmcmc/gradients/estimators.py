@@ -48,6 +48,11 @@ class DataPasses(Protocol):
     ) -> tuple[float, np.ndarray]:
         """Log density and gradient on the given rows of each minibatch group."""
 
+    def draw_rows(
+        self, rng: np.random.Generator, n_rows: list[int], sizes: list[Any]
+    ) -> list[np.ndarray]:
+        """Rows of each minibatch group, ``sizes[k]`` of group ``k``'s ``n_rows[k]``."""
+
     def others(self) -> dict[str, np.ndarray]:
         """The current values of the variables the step does not sample, by name."""
 
@@ -190,10 +195,7 @@ class MinibatchEstimator:
         if self.grouping is not None:
             difference = self._grouped_difference(position, anchor, rng)
         else:
-            draws = [
-                [rng.integers(0, n, size=b) for n, b in zip(n_rows, self.batch_sizes, strict=True)]
-                for _ in range(2)
-            ]
+            draws = [self.passes.draw_rows(rng, n_rows, self.batch_sizes) for _ in range(2)]
             difference = self._difference(position, anchor, draws)
         return np.asarray(metric.whiten(difference), dtype=float) ** 2 / 2.0
 

@@ -19,7 +19,9 @@ minibatched arrays as placeholders, fed the rows themselves:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytensor.tensor as pt
@@ -101,6 +103,12 @@ class WeightedRows:
 class FullDataPass:
     """``log p(θ)`` and ``∇log p(θ)`` on all rows, streamed over contiguous chunks.
 
+    Data in RAM are fed as slices (views). Out-of-core data (a group with a
+    :class:`~pymc_sgmcmc.sources.ChunkBuffer`) are read from their sources a range of
+    whole storage chunks at a time, the next range read in a background thread while
+    the current one is computed, so that one pass costs about the larger of the read
+    and the computation.
+
     Parameters
     ----------
     rows : RowLogp
@@ -127,22 +135,57 @@ class FullDataPass:
         compile_kwargs: dict | None = None,
         function: WeightedRows | None = None,
     ) -> None:
-        self.n_rows = list(n_rows)
         self._data = [list(group.data) for group in groups]
+        self._buffers = [group.buffer for group in groups]
         self._function = WeightedRows(rows, compile_kwargs) if function is None else function
-        bytes_per_row = max((_row_bytes(group) for group in self._data), default=8)
-        largest = max(self.n_rows, default=0)
+        bytes_per_row = max(
+            (_row_bytes(g, b) for g, b in zip(self._data, self._buffers, strict=True)), default=8
+        )
         if chunk_rows is None:
             chunk_rows = max(1, DEFAULT_CHUNK_BYTES // max(bytes_per_row, 1))
         if int(chunk_rows) < 1:
             raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}.")
-        self.n_chunks = max(1, -(-largest // int(chunk_rows)))
+        self.chunk_rows = int(chunk_rows)
         self.dtype = rows.prior.dtype
+        self.n_rows = list(n_rows)
+
+    @property
+    def n_rows(self) -> list[int]:
+        """Rows of each group's data."""
+        return self._n_rows
+
+    @n_rows.setter
+    def n_rows(self, n_rows: list[int]) -> None:
+        self._n_rows = list(n_rows)
+        largest = int(np.argmax(self._n_rows)) if self._n_rows else 0
+        buffer = self._buffers[largest] if self._buffers else None
+        if buffer is not None:  # whole storage chunks of the largest group
+            self.n_chunks = len(buffer.ranges(self.chunk_rows))
+        else:
+            self.n_chunks = max(1, -(-max(self._n_rows, default=0) // self.chunk_rows))
+        self._bounds = [
+            _chunk_bounds(n, self.n_chunks, buffer)
+            for n, buffer in zip(self._n_rows, self._buffers, strict=True)
+        ]
 
     def chunks(self) -> Iterator[list[tuple[int, int]]]:
         """The row ranges ``(start, stop)`` of each group, chunk after chunk."""
         for k in range(self.n_chunks):
-            yield [(k * n // self.n_chunks, (k + 1) * n // self.n_chunks) for n in self.n_rows]
+            yield [(int(b[k]), int(b[k + 1])) for b in self._bounds]
+
+    def _chunk_arrays(self, ranges: list[tuple[int, int]], data: list) -> list[np.ndarray]:
+        arrays = []
+        for (start, stop), group, buffer in zip(ranges, data, self._buffers, strict=True):
+            if buffer is None:
+                arrays += [a[start:stop] for a in group]  # views
+            else:
+                arrays += buffer.read(start, stop)
+        return self._function.as_inputs(arrays)
+
+    def _read_ahead(self, pool: ThreadPoolExecutor | None, ranges: list, data: list) -> Any:
+        if pool is None:
+            return _Ready(self._chunk_arrays(ranges, data))
+        return pool.submit(self._chunk_arrays, ranges, data)
 
     def __call__(
         self, position: np.ndarray, progress: Callable[[int, int], None] | None = None
@@ -154,27 +197,69 @@ class FullDataPass:
         position = np.asarray(position, dtype=self.dtype)
         function = self._function
         # Read afresh (pm.set_data may have replaced them); a computed array once a pass.
-        values = iter(function.as_inputs([data_value(a) for g in self._data for a in g]))
-        data = [[next(values) for _ in group] for group in self._data]
+        data = [
+            None if buffer is not None else [data_value(a) for a in group]
+            for group, buffer in zip(self._data, self._buffers, strict=True)
+        ]
         one, zero = np.asarray(1.0, dtype=self.dtype), np.asarray(0.0, dtype=self.dtype)
         logp, gradient = 0.0, np.zeros_like(position)
-        for k, ranges in enumerate(self.chunks()):
-            arrays, weights = [], []
-            for (start, stop), n, group in zip(ranges, self.n_rows, data, strict=True):
-                arrays += [a[start:stop] for a in group]  # views
-                weights.append(np.asarray((stop - start) / n, dtype=self.dtype))
-            prior_weight = one if k == 0 else zero  # the row-free part counted once
-            chunk_logp, chunk_gradient = function(position, arrays, prior_weight, weights)
-            logp += chunk_logp
-            gradient += chunk_gradient
-            if progress is not None:
-                progress(k + 1, self.n_chunks)
+        chunks = list(self.chunks())
+        # Out-of-core chunks are read one ahead, in a thread, while the last is computed.
+        reading = any(b is not None for b in self._buffers)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="pmsg-pass") if reading else None
+        try:
+            upcoming = self._read_ahead(pool, chunks[0], data)
+            for k, ranges in enumerate(chunks):
+                arrays = upcoming.result()
+                if k + 1 < len(chunks):
+                    upcoming = self._read_ahead(pool, chunks[k + 1], data)
+                weights = [
+                    np.asarray((stop - start) / n, dtype=self.dtype)
+                    for (start, stop), n in zip(ranges, self.n_rows, strict=True)
+                ]
+                prior_weight = one if k == 0 else zero  # the row-free part counted once
+                chunk_logp, chunk_gradient = function(position, arrays, prior_weight, weights)
+                logp += chunk_logp
+                gradient += chunk_gradient
+                if progress is not None:
+                    progress(k + 1, self.n_chunks)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         return logp, gradient
 
     @property
     def rows_per_pass(self) -> int:
         """Rows one pass reads."""
         return int(sum(self.n_rows))
+
+
+class _Ready:
+    """A value already computed, read as a finished future."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+
+def _chunk_bounds(n_rows: int, n_chunks: int, buffer: Any) -> np.ndarray:
+    """Where each of ``n_chunks`` chunks of ``n_rows`` rows starts, then ``n_rows``.
+
+    In proportion; for out-of-core data moved to the nearest storage chunk start where
+    every chunk keeps at least one row (reading a part of a storage chunk reads all of it).
+    """
+    bounds = np.array([k * n_rows // n_chunks for k in range(n_chunks + 1)], dtype=np.int64)
+    if buffer is None:
+        return bounds
+    if buffer.n_rows != n_rows:
+        raise ValueError(f"buffered data have {buffer.n_rows} rows, not {n_rows}")
+    starts = buffer.chunk_starts
+    at = np.clip(np.searchsorted(starts, bounds), 1, len(starts) - 1)
+    nearer = np.where(bounds - starts[at - 1] <= starts[at] - bounds, starts[at - 1], starts[at])
+    snapped = np.concatenate([[0], nearer[1:-1], [n_rows]]).astype(np.int64)
+    return snapped if np.all(np.diff(snapped) > 0) else bounds
 
 
 class SubsampleGradient:
@@ -257,6 +342,8 @@ class Anchor:
     others: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def _row_bytes(arrays: list[Variable]) -> int:
+def _row_bytes(arrays: list[Variable], buffer: Any = None) -> int:
+    if buffer is not None:
+        return int(buffer.row_bytes)
     values = [data_value(a) for a in arrays]
     return sum(int(np.prod(v.shape[1:])) * v.itemsize for v in values)

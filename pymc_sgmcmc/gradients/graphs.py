@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytensor
@@ -38,6 +39,10 @@ class MinibatchGroup:
     batch_rows : TensorVariable, optional
         The placeholders' number of rows, a scalar of the log density (which then serves
         any batch size); ``None`` where their length is fixed.
+    buffer : ChunkBuffer, optional
+        Where the data are out-of-core (:func:`pymc_sgmcmc.Minibatch` of a Zarr, Parquet,
+        xarray or Dask source): the buffer of whole chunks that ``data`` hold, from which
+        :meth:`draw` draws rows and full-data passes read the sources.
     """
 
     rng: Variable
@@ -46,6 +51,7 @@ class MinibatchGroup:
     batch_size: int
     batches: list[pt.TensorVariable]
     batch_rows: pt.TensorVariable | None = None
+    buffer: Any = None
 
     def fed(self, batch: list[Variable], rows: Variable | None = None) -> dict:
         """Replacements that feed the log density ``batch``, one array per placeholder.
@@ -62,8 +68,20 @@ class MinibatchGroup:
         """``data[indices]`` for each array, with leading index dimensions kept."""
         return [as_shared_data(d)[indices] for d in self.data]
 
+    def draw(self, rng: np.random.Generator, n_rows: int, size: Any) -> np.ndarray:
+        """Indices of ``size`` minibatch rows into :attr:`data`, as ``pm.Minibatch`` draws.
+
+        With replacement and uniform over the ``n_rows`` rows; where the data are
+        buffered, indices into the buffer (every row of the source equally likely).
+        """
+        if self.buffer is not None:
+            return self.buffer.draw(rng, size)
+        return rng.integers(0, n_rows, size=size)
+
     def n_rows(self) -> int:
         """Number of rows of the full data (re-read, since ``pm.Data`` can change)."""
+        if self.buffer is not None:
+            return int(self.buffer.n_rows)
         first = self.data[0]
         if isinstance(first, Constant):
             return int(first.data.shape[0])

@@ -58,6 +58,18 @@ def non_finite_rows(array: np.ndarray) -> np.ndarray:
     return np.concatenate(bad) if bad else np.empty(0, dtype=int)
 
 
+def _non_finite_rows_of(group: MinibatchGroup) -> list[np.ndarray]:
+    """:func:`non_finite_rows` of each array of ``group``; out-of-core ones read by chunks."""
+    buffer = group.buffer
+    if buffer is None:
+        return [non_finite_rows(data_value(array)) for array in group.data]
+    bad: list[list[np.ndarray]] = [[] for _ in group.data]
+    for start, stop in buffer.ranges(ROWS_PER_CHUNK):
+        for j, rows in enumerate(buffer.read(start, stop)):
+            bad[j].append(start + non_finite_rows(rows))
+    return [np.concatenate(b) for b in bad]
+
+
 def observed_minibatches(model, groups: list[MinibatchGroup]) -> list[ObservedMinibatch]:
     """The observed variables whose likelihood depends on a ``pm.Minibatch`` call."""
     by_rng = {g.rng: g for g in groups}
@@ -118,8 +130,7 @@ def check_minibatched_data(
     feeds = {id(g): [o.name for o in observed if g in o.groups] for g in groups}
     for group in groups:
         names = feeds[id(group)] or ["(no observed variable)"]
-        for j, array in enumerate(group.data):
-            bad = non_finite_rows(data_value(array))
+        for j, bad in enumerate(_non_finite_rows_of(group)):
             if bad.size:
                 shown = ", ".join(map(str, bad[:MAX_ROWS_LISTED])) + (
                     ", ..." if bad.size > MAX_ROWS_LISTED else ""
@@ -185,8 +196,14 @@ class CheckedData:
         self.checked: list[tuple[int, tuple[int, ...]]] | None = None
 
     def _fingerprint(self) -> list[tuple[int, tuple[int, ...]]]:
-        arrays = [data_value(d) for g in self.groups for d in g.data]
-        return [(id(a), a.shape) for a in arrays]
+        # A buffer's arrays change at every chain; its sources do not.
+        return [
+            (id(g.buffer), (g.buffer.n_rows,))
+            if g.buffer is not None
+            else (id(a := data_value(d)), a.shape)
+            for g in self.groups
+            for d in g.data
+        ]
 
     def check(self, n_rows: list[int]) -> bool:
         """Check the data (:func:`check_minibatched_data`) if new; return whether it was."""

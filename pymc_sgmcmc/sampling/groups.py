@@ -509,7 +509,16 @@ def group_minibatches(
     if minibatch != "step":
         reasons.append(f"minibatch={minibatch!r} (whole groups are drawn for every step)")
     layout, rows = None, None
-    if len(flat.groups) != 1:
+    if any(group.buffer is not None for group in flat.groups):
+        # Groups are found from the group index's values, which stay out of core; a
+        # whole group's rows would be scattered over chunks.
+        if not insist:
+            return None
+        reasons.append(
+            "its minibatch data are out of core (pmsg.Minibatch of Zarr, Parquet, xarray or "
+            "Dask data): whole groups need the data in memory"
+        )
+    elif len(flat.groups) != 1:
         reasons.append("the model needs exactly one pm.Minibatch call")
     else:
         rows = row_logp(model, flat, vars, initial_point)

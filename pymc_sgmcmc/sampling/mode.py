@@ -169,6 +169,19 @@ class ModeFinder:
             for name, value in saved.items():
                 shared[name].set_value(value, borrow=True)
 
+    def draw_rows(
+        self, rng: np.random.Generator, n_rows: list[int], sizes: list[Any]
+    ) -> list[np.ndarray]:
+        """Rows of each minibatch group, ``sizes[k]`` of group ``k``'s ``n_rows[k]``.
+
+        Indices into the group's data as the compiled functions read them (into the
+        chunk buffer where the data are out-of-core).
+        """
+        return [
+            group.draw(rng, n, size)
+            for group, n, size in zip(self.flat.groups, n_rows, sizes, strict=True)
+        ]
+
     def full_pass(self, position: np.ndarray) -> tuple[float, np.ndarray]:
         """Full-data log density and gradient, counting the rows read."""
         self.rows_touched += sum(self.n_rows)
@@ -366,7 +379,7 @@ def _adam(finder, position, steps, learning_rate, rng, progress, task) -> np.nda
     steps = min(steps, max(-(-n // b) for n, b in zip(finder.n_rows, sizes, strict=True)))
     progress.update(task, total=steps)
     for t in range(steps):
-        rows = [rng.integers(0, n, size=b) for n, b in zip(finder.n_rows, sizes, strict=True)]
+        rows = finder.draw_rows(rng, finder.n_rows, sizes)
         logp, gradient = finder.subsample_pass(position, rows)
         if not (np.isfinite(logp) and np.all(np.isfinite(gradient))):
             break  # leave it to L-BFGS, which starts from the last finite point
@@ -502,7 +515,11 @@ def _dense_hessian(finder, position, rng, sd: np.ndarray | None = None) -> np.nd
     """
     if finder.flat.groups:
         cap = CURVATURE_SUBSAMPLE_ROWS
-        rows = [np.arange(n) if n <= cap else rng.integers(0, n, size=cap) for n in finder.n_rows]
+        rows = [
+            # All rows in order, where the data (or a buffer holding all of them) are small.
+            np.arange(n) if n <= cap and getattr(g.buffer, "whole", True) else g.draw(rng, n, cap)
+            for g, n in zip(finder.flat.groups, finder.n_rows, strict=True)
+        ]
         on_rows = finder.on_fixed_rows(rows)
 
         def gradient(x: np.ndarray) -> np.ndarray:

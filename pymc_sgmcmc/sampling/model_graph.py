@@ -45,6 +45,7 @@ from pymc_sgmcmc.gradients.graphs import (
     RowLogp,
     as_shared_data,
 )
+from pymc_sgmcmc.sources.buffer import ChunkBuffer, buffer_of
 
 
 def is_sphere_valued(model, value_var: Variable) -> bool:
@@ -80,11 +81,27 @@ def find_minibatch_groups(logp: Variable) -> list[MinibatchGroup]:
                 batches=[
                     out.type(name=f"minibatch_{k}_{j}") for j, out in enumerate(node.outputs[:-1])
                 ],
+                buffer=_buffer_of_call(list(node.inputs[:-1])),
             )
             groups[rng] = group
         if node not in group.nodes:
             group.nodes.append(node)
     return list(groups.values())
+
+
+def _buffer_of_call(data: list[Variable]) -> ChunkBuffer | None:
+    """The chunk buffer behind one ``pm.Minibatch`` call's arrays, if they are buffered."""
+    buffers = [buffer_of(d) for d in data]
+    if all(b is None for b in buffers):
+        return None
+    buffer = next(b for b in buffers if b is not None)
+    if any(b is not buffer for b in buffers) or len(data) != len(buffer.sources):
+        raise ValueError(
+            "A pm.Minibatch call mixes arrays of a pmsg.Minibatch over out-of-core data with "
+            "other arrays: its rows would not be the same rows. Pass all the arrays to one "
+            "pmsg.Minibatch call (e.g. Xb, yb = pmsg.Minibatch(X_zarr, y_zarr, batch_size=B))."
+        )
+    return buffer
 
 
 def detach_minibatches(logp: Variable, groups: list[MinibatchGroup]) -> Variable:
@@ -203,6 +220,19 @@ def _batches_of_any_length(model, flat: FlatLogp, vars: list[Variable], initial_
     return FlatLogp(logp=logp, position=flat.position, shared=flat.shared, groups=groups)
 
 
+def refuse_out_of_core(flat: FlatLogp, sampler: str = "This sampler") -> None:
+    """Refuse a sampler that needs the exact log density where the data are out of core."""
+    if any(group.buffer is not None for group in flat.groups):
+        raise ValueError(
+            f"{sampler} evaluates the exact log density on all rows inside its compiled "
+            "trajectory (a Metropolis-Hastings test, or a metric computed on the full data), "
+            "which cannot read data that pmsg.Minibatch keeps out of core. Use a "
+            "stochastic-gradient sampler that reads minibatches (pmsg.SGHMC, pmsg.SGLD, "
+            "pmsg.SGNHT, pmsg.SGNPHMC and their EM variants), or load the data into memory "
+            "(numpy.asarray) for this one."
+        )
+
+
 def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -> Variable:
     """The exact log density on all rows, as a function of ``flat.position``.
 
@@ -213,6 +243,7 @@ def full_data_logp(model, flat: FlatLogp, vars: list[Variable], initial_point) -
     """
     if not flat.groups:
         return flat.logp
+    refuse_out_of_core(flat)
     rows = row_logp(model, flat, vars, initial_point)
     total = rows.prior
     for terms in rows.terms:

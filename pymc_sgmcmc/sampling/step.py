@@ -44,7 +44,7 @@ from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import arguments, assembly, startup
 from pymc_sgmcmc.sampling.chain import Chain, ChainParts
-from pymc_sgmcmc.sampling.model_graph import flat_logp
+from pymc_sgmcmc.sampling.model_graph import flat_logp, refuse_out_of_core
 from pymc_sgmcmc.sampling.non_centring import (
     PRIOR_SHARE_LIMIT,
     SUFFIX,
@@ -238,6 +238,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         beside = self._flat.groups and arguments.discrete_beside_minibatch(name, user_model)
         if beside:
             warnings.warn(beside, RuntimeWarning, skip_file_prefixes=(_PACKAGE_DIRECTORY,))
+        for buffer in self._buffers():
+            # Filled again at each chain's start; meanwhile, pickling (pm.sample's chain
+            # processes) does not copy it.
+            buffer.release()
         self.setup_seconds = time.perf_counter() - started
         _log.info(
             startup.setup_summary(
@@ -256,6 +260,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         """
         self._sampled_vars = vars
         self._flat: FlatLogp = flat_logp(model, vars, self._initial_point)
+        if self.kernel.energy is not None or self.kernel.validate is not None:
+            refuse_out_of_core(self._flat, type(self).__name__)  # before any pass
         self.dim = int(sum(np.size(self._initial_point[v.name]) for v in vars))
         self._dtype = self._flat.position.dtype
         super().__init__(user_vars, self._flat.shared, blocked, rng=rng)
@@ -365,6 +371,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     # -- chain life cycle ------------------------------------------------------------
 
+    def _buffers(self) -> list:
+        """The chunk buffers behind out-of-core minibatches (:func:`pymc_sgmcmc.Minibatch`)."""
+        return [g.buffer for g in self._flat.groups if g.buffer is not None]
+
     def _chain_parts(self) -> ChainParts:
         default = np.concatenate(
             [np.ravel(self._initial_point[v.name]) for v in self._sampled_vars]
@@ -401,6 +411,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         rngs = [g.rng for g in self._flat.groups]
         if rngs:
             reseed_rngs(rngs, self.rng.integers(2**32))
+        for buffer in self._buffers():
+            buffer.reset(self.rng)  # its chunks chosen from the chain's generator
         # Read once per chain: the data may have been replaced with pm.set_data.
         self._n_rows = [g.n_rows() for g in self._flat.groups]
         if self._data.check(self._n_rows):

@@ -94,7 +94,12 @@ class StepTrajectory:
             )  # fmt: skip
         if self._arguments is None:
             self._arguments = TrajectoryArguments(
-                self._function, self.kernel, self.n_steps, self.dim, self.dtype
+                self._function,
+                self.kernel,
+                self.n_steps,
+                self.dim,
+                self.dtype,
+                self.graph.groups,
             )
             self._filled_from = (None, None, None)
         return self._function

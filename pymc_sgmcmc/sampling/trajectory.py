@@ -24,7 +24,7 @@ from pytensor.graph.basic import Variable
 
 from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
-from pymc_sgmcmc.gradients.graphs import FlatLogp
+from pymc_sgmcmc.gradients.graphs import FlatLogp, MinibatchGroup
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
 from pymc_sgmcmc.kernels.base import (
@@ -538,11 +538,21 @@ class TrajectoryArguments:
         Integrator steps per call and the position's size.
     dtype : dtype
         The position's dtype (of every normal draw).
+    groups : list of MinibatchGroup
+        The ``pm.Minibatch`` calls; each one's
+        :meth:`~pymc_sgmcmc.gradients.graphs.MinibatchGroup.draw` draws its rows.
     """
 
     def __init__(
-        self, compiled: CompiledTrajectory, kernel: Kernel, n_steps: int, dim: int, dtype: Any
+        self,
+        compiled: CompiledTrajectory,
+        kernel: Kernel,
+        n_steps: int,
+        dim: int,
+        dtype: Any,
+        groups: list[MinibatchGroup],
     ) -> None:
+        self.groups = groups
         slots = compiled.slots
         self.n_slots = len(slots)
         self.slots = slots
@@ -621,7 +631,7 @@ class TrajectoryArguments:
 
     def draw_rows(self, rng: np.random.Generator, n_rows: list[int]) -> list[np.ndarray]:
         """Each ``pm.Minibatch`` call's rows, with replacement from its ``n_rows``."""
-        integers = rng.integers
         return [
-            integers(0, n, size=shape) for n, shape in zip(n_rows, self.row_shapes, strict=True)
+            group.draw(rng, n, shape)
+            for group, n, shape in zip(self.groups, n_rows, self.row_shapes, strict=True)
         ]

@@ -1,0 +1,166 @@
+"""Models on out-of-core data (``pmsg.Minibatch`` of Zarr arrays) sampled as in RAM."""
+
+import arviz as az
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytest
+from helpers import draws_of, sample
+
+import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.sampling.mode import ModeFinder
+from pymc_sgmcmc.sampling.model_graph import flat_logp
+
+zarr = pytest.importorskip("zarr")
+
+ROWS, COLUMNS, CHUNK, BATCH = 100_000, 5, 10_000, 500
+ROW_BYTES = (COLUMNS + 1) * 8
+SMALL_BUFFER = 4 * CHUNK * ROW_BYTES  # three chunks drawn from, one being read
+
+
+def _write(path, X: np.ndarray, y: np.ndarray, chunk: int = CHUNK):
+    group = zarr.open_group(str(path), mode="w")
+    group.create_array("X", shape=X.shape, chunks=(chunk, X.shape[1]), dtype=X.dtype)[:] = X
+    group.create_array("y", shape=y.shape, chunks=(chunk,), dtype=y.dtype)[:] = y
+    return group["X"], group["y"]
+
+
+def _data(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, COLUMNS))
+    w = np.array([0.5, -1.0, 0.25, 1.5, 0.0])
+    y = (rng.random(rows) < 1 / (1 + np.exp(-X @ w))).astype("i1")  # integers on disk
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def table():
+    return _data(ROWS)
+
+
+@pytest.fixture(scope="module")
+def on_disk(tmp_path_factory, table):
+    return _write(tmp_path_factory.mktemp("zarr") / "lr.zarr", *table)
+
+
+def _model(X, y, rows: int = ROWS, **minibatch) -> pm.Model:
+    with pm.Model() as model:
+        X_batch, y_batch = pmsg.Minibatch(X, y, batch_size=BATCH, **minibatch)
+        w = pm.Normal("w", 0.0, 10.0, shape=COLUMNS)
+        pm.Bernoulli("y", logit_p=X_batch @ w, observed=y_batch, total_size=rows)
+    return model
+
+
+def _passes(model: pm.Model) -> ModeFinder:
+    vars = model.continuous_value_vars
+    flat = flat_logp(model, vars, model.initial_point())
+    # Chunks of a pass cut inside the storage chunks as little as they can.
+    return ModeFinder(model, vars, flat, [g.n_rows() for g in flat.groups], chunk_rows=25_000)
+
+
+def test_full_data_passes_from_zarr_equal_those_in_ram(table, on_disk):
+    in_ram = _passes(_model(*table))
+    out_of_core = _passes(_model(*on_disk, buffer_bytes=SMALL_BUFFER))
+    assert out_of_core.flat.groups[0].buffer is not None
+    assert out_of_core.full.n_chunks == 4
+    for seed in range(3):
+        point = np.random.default_rng(seed).normal(size=COLUMNS)
+        logp, gradient = in_ram.full_pass(point)
+        logp_zarr, gradient_zarr = out_of_core.full_pass(point)
+        assert logp_zarr == pytest.approx(logp, rel=1e-10)
+        np.testing.assert_allclose(gradient_zarr, gradient, rtol=1e-10)
+
+
+def _sgcv(model, **kwargs):
+    with model:
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False, "random_seed": 1})
+    return step, sample(step, model, draws=1_000, tune=1_000, chains=2, **kwargs)
+
+
+def test_sghmc_on_zarr_agrees_with_sghmc_in_ram(table, on_disk):
+    model = _model(*on_disk, buffer_bytes=SMALL_BUFFER)
+    step, from_zarr = _sgcv(model)
+    buffer = step._flat.groups[0].buffer
+    assert not buffer.whole and buffer.slots == 3
+    assert buffer.counts.chunks_read > 100  # the buffer turned over many times
+    _, in_ram = _sgcv(_model(*table))
+    summaries = [az.summary(d, var_names=["w"], kind="all") for d in (from_zarr, in_ram)]
+    (zarr_mean, ram_mean), (zarr_sd, ram_sd) = (
+        [s[column].to_numpy() for s in summaries] for column in ("mean", "sd")
+    )
+    ess = [s["ess_bulk"].to_numpy() for s in summaries]
+    # Monte Carlo errors of the two runs' means and sds (the sd's relative error of
+    # an estimate from ESS draws is about 1/sqrt(2 ESS)).
+    mean_error = np.sqrt(zarr_sd**2 / ess[0] + ram_sd**2 / ess[1])
+    assert np.all(np.abs(zarr_mean - ram_mean) < 4 * mean_error), (zarr_mean, ram_mean)
+    ratio_error = np.sqrt(1 / (2 * ess[0]) + 1 / (2 * ess[1]))
+    assert np.all(np.abs(zarr_sd / ram_sd - 1) < 4 * ratio_error), (zarr_sd, ram_sd)
+
+
+def test_the_same_seed_gives_the_same_draws_from_zarr(on_disk):
+    runs = []
+    for _ in range(2):
+        model = _model(*on_disk, buffer_bytes=SMALL_BUFFER)
+        with model:
+            step = pmsg.SGHMC(mode_kwargs={"progressbar": False, "random_seed": 1})
+        runs.append(draws_of(sample(step, model, draws=100, tune=100, chains=2), "w"))
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_data_that_fit_the_buffer_give_the_draws_of_data_in_ram(table, on_disk):
+    runs = []
+    for data in (on_disk, table):
+        model = _model(*data)  # 4.8 MB: read whole, drawn as pm.Minibatch draws
+        with model:
+            step = pmsg.SGHMC(mode_kwargs={"progressbar": False, "random_seed": 1})
+        runs.append(draws_of(sample(step, model, draws=50, tune=50), "w"))
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-12, atol=1e-12)
+
+
+def test_a_step_on_zarr_pickles_small_whatever_the_data_size(tmp_path):
+    sizes = []
+    for rows in (20_000, 200_000):
+        X, y = _write(tmp_path / f"{rows}.zarr", *_data(rows), chunk=5_000)
+        model = _model(X, y, rows=rows, buffer_bytes=6 * 5_000 * ROW_BYTES)
+        with model:
+            step = pmsg.SGHMC(mode_kwargs={"progressbar": False, "random_seed": 1})
+        sizes.append(len(cloudpickle.dumps(step)))  # as pm.sample(cores>1) sends it
+    # The data are 0.96 and 9.6 MB; a step in RAM pickles to 2.5 and 19.8 MB (measured).
+    assert max(sizes) < 1_000_000
+    assert abs(sizes[1] - sizes[0]) < 50_000, sizes
+
+
+def test_chains_in_worker_processes_read_the_zarr_store(on_disk, table):
+    model = _model(*on_disk, buffer_bytes=SMALL_BUFFER)
+    with model:
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False, "random_seed": 1})
+    idata = sample(step, model, draws=200, tune=200, chains=2, cores=2)
+    w = draws_of(idata, "w")
+    assert np.all(np.isfinite(w))
+    _, in_ram = _sgcv(_model(*table))
+    expected = draws_of(in_ram, "w").reshape(-1, COLUMNS)
+    # Each chain near the posterior (its sds are ~0.01; 200 draws).
+    for chain in w:
+        assert np.all(np.abs(chain.mean(axis=0) - expected.mean(axis=0)) < 6 * expected.std(0))
+
+
+def test_samplers_that_read_all_rows_in_a_trajectory_are_refused(on_disk):
+    model = _model(*on_disk, buffer_bytes=SMALL_BUFFER)
+    with model, pytest.raises(ValueError, match=r"HMC evaluates the exact log density.*SGHMC"):
+        pmsg.HMC()
+
+
+def test_non_finite_rows_on_disk_are_refused_before_sampling(tmp_path):
+    X, y = _data(2_000)
+    X[[17, 1_500], 2] = np.nan
+    on_disk = _write(tmp_path / "nan.zarr", X, y, chunk=300)
+    model = _model(*on_disk, rows=2_000, buffer_bytes=3 * 300 * ROW_BYTES)
+    with model, pytest.raises(ValueError, match=r"2 of 2000 rows .*\(rows 17, 1500\)"):
+        pmsg.SGHMC()
+
+
+def test_arrays_of_one_minibatch_must_have_the_same_rows(tmp_path):
+    X, y = _data(2_000)
+    X_zarr, _ = _write(tmp_path / "a.zarr", X, y)
+    with pm.Model(), pytest.raises(ValueError, match="same number of rows"):
+        pmsg.Minibatch(X_zarr, y[:-1], batch_size=10)
