@@ -6,6 +6,7 @@
 
 import logging
 
+from pymc_sgmcmc import sources
 from pymc_sgmcmc.adaptation.sample_size import SampleSizeRule
 from pymc_sgmcmc.adaptation.schedules import ConstantStepSize, PolynomialDecay
 from pymc_sgmcmc.data import Minibatch
@@ -37,4 +38,5 @@ __all__ = [
     "diagnostics",
     "find_mode",
     "kernel_stein_discrepancy",
+    "sources",
 ]

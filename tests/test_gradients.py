@@ -217,6 +217,33 @@ def test_find_mode_reaches_the_full_data_mode(logistic):
     )
 
 
+def test_on_large_data_the_mode_is_reached_by_newton_steps_from_a_subsample(monkeypatch):
+    from pymc_sgmcmc.sampling import mode as mode_search
+
+    X, y = logistic_data(n=mode_search.SUBSAMPLE_FIRST_ROWS, d=3, seed=1)
+    model = logistic_model(X, y)
+    exact, covariance = newton_mode(X, y)
+    full_passes = []
+    counted = ModeFinder.full_pass
+
+    def count(self, position):
+        full_passes[-1] += 1
+        return counted(self, position)
+
+    monkeypatch.setattr(ModeFinder, "full_pass", count)
+    found = {}
+    for path, threshold in (("subsample first", len(y)), ("full-data L-BFGS", len(y) + 1)):
+        monkeypatch.setattr(mode_search, "SUBSAMPLE_FIRST_ROWS", threshold)
+        full_passes.append(0)
+        found[path] = pmsg.find_mode(model, curvature=True, progressbar=False, random_seed=0)
+        assert found[path].converged, path
+        sd = np.sqrt(np.diag(covariance))
+        assert np.max(np.abs(found[path]["w"] - exact) / sd) < 1e-6, path
+    assert found["subsample first"].message == "Newton steps on full-data passes converged"
+    # Measured: 5 passes against 7 here, 7 against 11 on 2 × 10⁶ rows × 20.
+    assert full_passes[0] < full_passes[1], full_passes
+
+
 def test_find_mode_from_far_away_with_flat_prior():
     X, y = logistic_data(n=5_000, d=3, seed=3)
     X = X * np.array([1.0, 100.0, 0.01])  # raw-scale predictors

@@ -13,6 +13,7 @@ from pymc_sgmcmc.sources import (
     XarraySource,
     ZarrSource,
     as_row_source,
+    write_shuffled,
 )
 
 zarr = pytest.importorskip("zarr")
@@ -275,3 +276,32 @@ def test_a_released_buffer_rests_on_its_first_rows_and_pickles_small(zarr_store,
         b.reset(rng)
         rows.append([b.shared[0].value[b.draw(rng, 30)].copy() for _ in range(100)])
     np.testing.assert_array_equal(rows[0], rows[1])
+
+
+def test_a_shuffled_copy_keeps_rows_together_in_a_random_order_from_its_seed(tmp_path):
+    X = np.arange(30_000.0).reshape(10_000, 3)
+    labels = np.arange(10_000)
+    copies = [
+        write_shuffled(
+            {"X": X, "label": labels},
+            tmp_path / f"{k}.zarr",
+            chunk_rows=1_000,
+            seed=seed,
+            memory_bytes=100_000,  # ~10 buckets through the temporary store
+        )  # fmt: skip
+        for k, seed in enumerate((1, 1, 2))
+    ]
+    X_copy, order = copies[0]["X"][:], copies[0]["label"][:]
+    assert copies[0]["X"].chunks == (1_000, 3)
+    np.testing.assert_array_equal(X_copy, X[order])  # each row whole
+    np.testing.assert_array_equal(np.sort(order), labels)  # every row once
+    np.testing.assert_array_equal(copies[1]["label"][:], order)  # the seed's order
+    assert not np.array_equal(copies[2]["label"][:], order)
+    # Where a row lands does not depend on where it was: rank correlation ~ N(0, 1/N).
+    assert abs(np.corrcoef(order, labels)[0, 1]) < 4 / np.sqrt(len(labels))
+    # Each output chunk is a random sample: its mean label is near the overall mean.
+    chunk_means = order.reshape(10, 1_000).mean(axis=1)
+    assert np.all(np.abs(chunk_means - labels.mean()) < 5 * labels.std() / np.sqrt(1_000))
+    assert not (tmp_path / "0.zarr.buckets").exists()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        write_shuffled({"X": X}, tmp_path / "0.zarr")

@@ -16,6 +16,7 @@ from pymc_sgmcmc.sources.row_sources import (
     ZarrSource,
     as_row_source,
 )
+from pymc_sgmcmc.sources.shuffle import write_shuffled
 
 __all__ = [
     "ArraySource",
@@ -26,4 +27,5 @@ __all__ = [
     "XarraySource",
     "ZarrSource",
     "as_row_source",
+    "write_shuffled",
 ]
