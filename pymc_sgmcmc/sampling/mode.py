@@ -378,12 +378,12 @@ def search_mode(
     mode.covariance = covariance
     # L-BFGS-B may end its line search at the rounding floor of the gradient with an
     # "ABNORMAL" message although the tolerance is met.
-    mode.converged = bool(result.success and not newton_first) or done or bool(
-        np.max(np.abs(gradient), initial=0.0) / total_rows <= gtol
+    mode.converged = (
+        bool(result.success and not newton_first)
+        or done
+        or bool(np.max(np.abs(gradient), initial=0.0) / total_rows <= gtol)
     )
-    mode.message = (
-        "Newton steps on full-data passes converged" if done else str(result.message)
-    )
+    mode.message = "Newton steps on full-data passes converged" if done else str(result.message)
     mode.rows_touched = finder.rows_touched - rows_before
     mode.seconds = time.perf_counter() - started
     return mode
