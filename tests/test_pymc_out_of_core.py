@@ -71,6 +71,30 @@ def test_full_data_passes_from_zarr_equal_those_in_ram(table, on_disk):
         np.testing.assert_allclose(gradient_zarr, gradient, rtol=1e-10)
 
 
+def test_full_passes_on_a_dask_cluster_equal_those_in_ram(table, on_disk):
+    distributed = pytest.importorskip("distributed")
+    in_ram = _passes(_model(*table))
+    out_of_core = _passes(_model(*on_disk, buffer_bytes=SMALL_BUFFER))
+    points = [np.random.default_rng(seed).normal(size=COLUMNS) for seed in range(3)]
+    in_process = [out_of_core.full_pass(point) for point in points]
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    with cluster, distributed.Client(cluster) as client:
+        on_cluster = [out_of_core.full_pass(point) for point in points]
+        # The evaluator was scattered to both workers, once for all the passes.
+        held = client.who_has()
+        evaluators = [key for key in held if key.startswith("ChunkEvaluator")]
+        assert len(evaluators) == 1 and len(held[evaluators[0]]) == 2, held
+    for point, (logp, gradient), cluster_pass in zip(points, in_process, on_cluster, strict=True):
+        ram_logp, ram_gradient = in_ram.full_pass(point)
+        assert cluster_pass[0] == pytest.approx(ram_logp, rel=1e-10)
+        np.testing.assert_allclose(cluster_pass[1], ram_gradient, rtol=1e-10)
+        # Chunk by chunk, summed in chunk order as in-process: the same to the bit.
+        assert cluster_pass[0] == logp
+        np.testing.assert_array_equal(cluster_pass[1], gradient)
+
+
 def _sgcv(model, **kwargs):
     with model:
         step = pmsg.SGHMC(mode_kwargs={"progressbar": False, "random_seed": 1})

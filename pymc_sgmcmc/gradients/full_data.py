@@ -18,6 +18,7 @@ minibatched arrays as placeholders, fed the rows themselves:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 
-from pymc_sgmcmc.core.compilation import compile_graph
+from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
 from pymc_sgmcmc.gradients.graphs import MinibatchGroup, RowLogp, data_value
 
 DEFAULT_CHUNK_BYTES = 64 * 2**20
@@ -99,6 +100,10 @@ class WeightedRows:
         """``arrays`` each in its placeholder's dtype (no copy where it already is)."""
         return [np.asarray(a, dtype=d) for a, d in zip(arrays, self.dtypes, strict=True)]
 
+    def __getstate__(self) -> dict:
+        # Sent to a Dask worker: the rewritten graph travels and is linked there.
+        return self.__dict__ | {"_function": LinkedWhereUnpickled(self._function)}
+
 
 class FullDataPass:
     """``log p(θ)`` and ``∇log p(θ)`` on all rows, streamed over contiguous chunks.
@@ -137,6 +142,7 @@ class FullDataPass:
     ) -> None:
         self._data = [list(group.data) for group in groups]
         self._buffers = [group.buffer for group in groups]
+        self._shipped: dict = {}  # per Dask client: the evaluator scattered to its workers
         self._function = WeightedRows(rows, compile_kwargs) if function is None else function
         bytes_per_row = max(
             (_row_bytes(g, b) for g, b in zip(self._data, self._buffers, strict=True)), default=8
@@ -192,9 +198,13 @@ class FullDataPass:
     ) -> tuple[float, np.ndarray]:
         """The full-data log density and gradient at ``position``.
 
-        ``progress(done, total)`` is called after each chunk, if given.
+        ``progress(done, total)`` is called after each chunk, if given. Out-of-core data
+        are read on a Dask cluster where a ``distributed.Client`` is active.
         """
         position = np.asarray(position, dtype=self.dtype)
+        client = active_dask_client() if all(b is not None for b in self._buffers) else None
+        if client is not None:
+            return self._on_cluster(client, position, progress)
         function = self._function
         # Read afresh (pm.set_data may have replaced them); a computed array once a pass.
         data = [
@@ -228,10 +238,103 @@ class FullDataPass:
                 pool.shutdown(wait=True, cancel_futures=True)
         return logp, gradient
 
+    def _on_cluster(
+        self, client: Any, position: np.ndarray, progress: Callable[[int, int], None] | None
+    ) -> tuple[float, np.ndarray]:
+        """The pass as one task per chunk on ``client``'s workers, summed here in order.
+
+        The compiled function and the sources go to every worker once per client (a
+        scattered object each worker unpickles once, linking the function there); a task
+        carries only the position and its row ranges. The chunks' results are added in
+        chunk order, as in-process, so the two agree to the last bit where the workers
+        compute as this process does.
+        """
+        shipped = self._shipped.get(client.id)
+        if shipped is None:
+            evaluator = ChunkEvaluator(
+                self._function, [(b.sources, b.dtypes) for b in self._buffers]
+            )
+            shipped = client.scatter(evaluator, broadcast=True, hash=False)
+            self._shipped = {client.id: shipped}
+        one, zero = np.asarray(1.0, dtype=self.dtype), np.asarray(0.0, dtype=self.dtype)
+        futures = []
+        for k, ranges in enumerate(self.chunks()):
+            weights = [
+                np.asarray((stop - start) / n, dtype=self.dtype)
+                for (start, stop), n in zip(ranges, self.n_rows, strict=True)
+            ]
+            prior_weight = one if k == 0 else zero  # the row-free part counted once
+            futures.append(
+                client.submit(
+                    _evaluate_chunk,
+                    shipped,
+                    position,
+                    ranges,
+                    prior_weight,
+                    weights,
+                    pure=False,
+                )  # fmt: skip
+            )
+        logp, gradient = 0.0, np.zeros_like(position)
+        for k, future in enumerate(futures):
+            chunk_logp, chunk_gradient = future.result()
+            logp += chunk_logp
+            gradient += chunk_gradient
+            if progress is not None:
+                progress(k + 1, self.n_chunks)
+        return logp, gradient
+
+    def __getstate__(self) -> dict:
+        return self.__dict__ | {"_shipped": {}}  # futures belong to this process's client
+
     @property
     def rows_per_pass(self) -> int:
         """Rows one pass reads."""
         return int(sum(self.n_rows))
+
+
+def active_dask_client() -> Any:
+    """The current ``distributed.Client``, or ``None`` (also where Dask is not imported)."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return None
+    try:
+        return distributed.get_client()
+    except ValueError:  # no client
+        return None
+
+
+class ChunkEvaluator:
+    """What a Dask worker needs to evaluate chunks: the compiled function and the sources.
+
+    Parameters
+    ----------
+    function : WeightedRows
+        The model's log density and gradient on rows (linked again where unpickled).
+    groups : list of (list of RowSource, list of dtype)
+        Each minibatch group's sources and the dtypes its arrays are read in.
+    """
+
+    def __init__(self, function: WeightedRows, groups: list[tuple[list, list]]) -> None:
+        self.function, self.groups = function, groups
+
+    def __call__(
+        self, position: np.ndarray, ranges: list[tuple[int, int]], prior_weight, weights
+    ) -> tuple[float, np.ndarray]:
+        """Log density and gradient at ``position`` on rows ``ranges`` (one per group)."""
+        arrays = [
+            np.asarray(source.read(start, stop), dtype=dtype)
+            for (start, stop), (sources, dtypes) in zip(ranges, self.groups, strict=True)
+            for source, dtype in zip(sources, dtypes, strict=True)
+        ]
+        # An array may arrive unaligned from another process; the function trusts its
+        # inputs, so each is made an aligned, contiguous copy where it is not.
+        position = np.require(position, requirements=["A", "C"])
+        return self.function(position, self.function.as_inputs(arrays), prior_weight, weights)
+
+
+def _evaluate_chunk(evaluator: ChunkEvaluator, *arguments: Any) -> tuple[float, np.ndarray]:
+    return evaluator(*arguments)
 
 
 class _Ready:
