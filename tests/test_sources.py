@@ -97,6 +97,21 @@ def test_every_source_reads_back_the_array_it_holds(table, zarr_store, xarray_st
         assert source.chunk_starts[0] == 0 and source.chunk_starts[-1] == N_ROWS, name
 
 
+def test_an_xarray_source_reads_netcdf(tmp_path, table):
+    X, _ = table
+    path = tmp_path / "data.nc"
+    xr.Dataset({"X": (("row", "column"), X)}).to_netcdf(path, engine="scipy")
+    with xr.open_dataset(path, engine="scipy") as opened:
+        source = XarraySource(opened["X"])
+        assert isinstance(as_row_source(opened["X"]), XarraySource)  # not loaded yet
+        np.testing.assert_array_equal(_read_by_chunks(source), X)
+        np.testing.assert_array_equal(source.read(95, 1_020), X[95:1_020])
+    # NetCDF3 has no chunks: one, unless opened with Dask chunks.
+    assert list(source.chunk_starts) == [0, N_ROWS]
+    with xr.open_dataset(path, engine="scipy", chunks={"row": CHUNK}) as opened:
+        assert list(XarraySource(opened["X"]).chunk_starts) == [*range(0, N_ROWS, CHUNK), N_ROWS]
+
+
 def test_chunks_are_the_storage_chunks(table, zarr_store, xarray_store, tmp_path):
     sources = _sources(table, zarr_store, xarray_store, tmp_path)
     regular = [*range(0, N_ROWS, CHUNK), N_ROWS]
@@ -139,6 +154,11 @@ def test_bad_sources_are_refused_with_the_fix(tmp_path, zarr_store, xarray_store
         ParquetSource(tmp_path / "t.parquet", "z")
     with pytest.raises(TypeError, match=r"got a Dataset of .*: pass dataset\["):
         XarraySource(xr.open_zarr(xarray_store, chunks=None, consolidated=False))
+    labels = zarr.create_array(str(tmp_path / "s.zarr"), shape=(3,), dtype=str)
+    with pytest.raises(TypeError, match=r"holds .*String.* values; a minibatch needs numbers"):
+        ZarrSource(labels)
+    with pytest.raises(TypeError, match="a minibatch needs numbers"):
+        DaskSource(da.from_array(np.array(["a", "b"], dtype=object)))
     X, _ = table
     with pytest.raises(ValueError, match="same number of rows"):
         ChunkBuffer([ArraySource(X), ArraySource(X[:-1])])

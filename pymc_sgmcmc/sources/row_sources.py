@@ -64,6 +64,17 @@ class RowSource(ABC):
         return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype}, chunks={chunks})"
 
 
+def check_numeric(dtype: Any, what: str) -> np.dtype:
+    """``dtype`` if it holds numbers (booleans, integers, floats), else a ``TypeError``."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biuf":
+        raise TypeError(
+            f"{what} holds {dtype} values; a minibatch needs numbers (booleans, integers or "
+            "floats). Encode the values as numbers (e.g. category codes) before storing them."
+        )
+    return dtype
+
+
 def regular_chunk_starts(n_rows: int, chunk_rows: int) -> np.ndarray:
     """Starts of chunks of ``chunk_rows`` rows (the last one ragged), then ``n_rows``."""
     if chunk_rows < 1:
@@ -95,7 +106,7 @@ class ArraySource(RowSource):
             raise ValueError("ArraySource needs an array with at least one dimension.")
         self.n_rows = int(self.array.shape[0])
         self.row_shape = tuple(self.array.shape[1:])
-        self.dtype = self.array.dtype
+        self.dtype = check_numeric(self.array.dtype, "The array")
         self.chunk_starts = regular_chunk_starts(self.n_rows, chunk_rows or max(self.n_rows, 1))
 
     def read(self, start: int, stop: int) -> np.ndarray:  # noqa: D102
@@ -147,7 +158,7 @@ class ZarrSource(RowSource):
         self.array = array
         self.n_rows = int(array.shape[0])
         self.row_shape = tuple(int(s) for s in array.shape[1:])
-        self.dtype = np.dtype(array.dtype)
+        self.dtype = check_numeric(array.dtype, f"The Zarr array {array.path!r}")
         self.chunk_starts = regular_chunk_starts(self.n_rows, int(array.chunks[0]))
 
     def read(self, start: int, stop: int) -> np.ndarray:  # noqa: D102
@@ -303,7 +314,7 @@ class XarraySource(RowSource):
         self.dim = dim
         self.n_rows = int(self.array.sizes[dim])
         self.row_shape = tuple(int(s) for s in self.array.shape[1:])
-        self.dtype = np.dtype(self.array.dtype)
+        self.dtype = check_numeric(self.array.dtype, f"The DataArray {array.name!r}")
         self.chunk_starts = self._chunk_starts(array.dims.index(dim))
 
     def _chunk_starts(self, axis: int) -> np.ndarray:
@@ -347,7 +358,7 @@ class DaskSource(RowSource):
         self.array = array
         self.n_rows = int(array.shape[0])
         self.row_shape = tuple(int(s) for s in array.shape[1:])
-        self.dtype = np.dtype(array.dtype)
+        self.dtype = check_numeric(array.dtype, "The Dask array")
         self.chunk_starts = _starts_from_lengths(array.chunks[0])
 
     def read(self, start: int, stop: int) -> np.ndarray:  # noqa: D102
