@@ -158,7 +158,7 @@ def test_bad_sources_are_refused_with_the_fix(tmp_path, zarr_store, xarray_store
     with pytest.raises(TypeError, match=r"holds .*String.* values; a minibatch needs numbers"):
         ZarrSource(labels)
     with pytest.raises(TypeError, match="a minibatch needs numbers"):
-        DaskSource(da.from_array(np.array(["a", "b"], dtype=object)))
+        DaskSource(da.from_array(np.array(["a", "b"], dtype=object), chunks=1))
     X, _ = table
     with pytest.raises(ValueError, match="same number of rows"):
         ChunkBuffer([ArraySource(X), ArraySource(X[:-1])])
