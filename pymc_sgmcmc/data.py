@@ -93,7 +93,17 @@ def _as_float_if_integer(array: Any) -> Any:
 
 
 def _float_dtype(dtype: np.dtype) -> np.dtype:
-    return np.dtype(pytensor.config.floatX) if dtype.kind in "iub" else dtype
+    """The dtype a buffer holds a source's rows in: ``floatX`` for integers and narrower floats.
+
+    Narrower floats because PyTensor's Numba backend computes a product of a float32
+    array and float64 parameters without BLAS: a full-data pass over 10⁷ × 16 float32
+    features took 5.1 s, against 0.86 s with the same features as float64 (converted in
+    NumPy as they are read: the rows on disk stay as they are).
+    """
+    floatx = np.dtype(pytensor.config.floatX)
+    if dtype.kind in "iub" or (dtype.kind == "f" and dtype.itemsize < floatx.itemsize):
+        return floatx
+    return dtype
 
 
 def _buffered_minibatch(arrays: tuple, sources: list, batch_size: int, **options: Any) -> Any:
