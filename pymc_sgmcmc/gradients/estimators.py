@@ -53,6 +53,9 @@ class DataPasses(Protocol):
     ) -> list[np.ndarray]:
         """Rows of each minibatch group, ``sizes[k]`` of group ``k``'s ``n_rows[k]``."""
 
+    def on_fixed_rows(self, rows: list[np.ndarray]) -> Callable[[np.ndarray], tuple]:
+        """Log density and gradient on ``rows``, gathered now, at any position later."""
+
     def others(self) -> dict[str, np.ndarray]:
         """The current values of the variables the step does not sample, by name."""
 
@@ -195,15 +198,19 @@ class MinibatchEstimator:
         if self.grouping is not None:
             difference = self._grouped_difference(position, anchor, rng)
         else:
-            draws = [self.passes.draw_rows(rng, n_rows, self.batch_sizes) for _ in range(2)]
+            # Each minibatch gathered as soon as it is drawn: a buffer of out-of-core
+            # chunks may refill at the next draw, and its indices are valid until then.
+            draws = [
+                self.passes.on_fixed_rows(self.passes.draw_rows(rng, n_rows, self.batch_sizes))
+                for _ in range(2)
+            ]
             difference = self._difference(position, anchor, draws)
         return np.asarray(metric.whiten(difference), dtype=float) ** 2 / 2.0
 
     def _difference(
-        self, position: np.ndarray, anchor: Anchor | None, draws: list[list[np.ndarray]]
+        self, position: np.ndarray, anchor: Anchor | None, draws: list[Callable]
     ) -> np.ndarray:
-        passes = self.passes
-        first, second = (passes.subsample_pass(position, rows)[1] for rows in draws)
+        first, second = (on_rows(position)[1] for on_rows in draws)
         return first - second
 
     def _grouped_difference(
@@ -267,7 +274,7 @@ class ControlVariates(MinibatchEstimator):
             self.initial_anchor = self.anchor_at(self.initial_anchor.position, "anchor")
 
     def _difference(
-        self, position: np.ndarray, anchor: Anchor | None, draws: list[list[np.ndarray]]
+        self, position: np.ndarray, anchor: Anchor | None, draws: list[Callable]
     ) -> np.ndarray:
         difference = super()._difference(position, anchor, draws)
         if anchor is not None:

@@ -325,6 +325,10 @@ def search_mode(
         raise ValueError(
             f"learning_rate and gtol must be positive, got {learning_rate!r} and {gtol!r}."
         )
+    for group in finder.flat.groups:
+        if group.buffer is not None:
+            # Its chunks from this search's generator, whatever an earlier run left.
+            group.buffer.reset(rng)
     rows_before = finder.rows_touched
     total_rows = max(sum(finder.n_rows), 1)
     position = np.asarray(x0, dtype=finder.flat.position.dtype).copy()
