@@ -217,7 +217,8 @@ class ChunkBuffer:
         A step method releases its buffers at the end of its set-up, so that pickling
         it (``pm.sample(cores>1)`` sends it to each chain's process) does not copy them.
         """
-        self._wait_spare()
+        if self._spare_future is not None:
+            self._spare_future.result()  # not a draw's wait: not counted
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         self._arrays = None
