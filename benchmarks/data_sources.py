@@ -36,6 +36,9 @@ tabled. Each table sets the sources beside NumPy in RAM, measured in the same ru
    RAM (the memory-bandwidth yardstick); the results must equal RAM's to 1e-10 relative.
    A row in RAM with float64 features shows what the float32 features cost the compiled
    pass itself.
+4. *Full-data pass on Dask workers*: the same pass from the Zarr store on ``LocalCluster``s
+   of 1, 2 (and as many as the machine has cores) worker processes, its first pass (which
+   ships the compiled function to the workers) timed apart (``--no-cluster`` skips it).
 
 The files are read from a warm page cache (just written, far less than the RAM), so the
 tables measure decoding and copying, not a disk. The load average is printed beside the
@@ -682,6 +685,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--sampler-rows", type=int, help="rows of table 2 (10⁶; quick 5·10⁵)")
     parser.add_argument("--dir", help="scratch directory, kept (default: a temp dir, removed)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-cluster", action="store_true", help="skip table 4 (passes on Dask workers)"
+    )
     args = parser.parse_args()
     quick = args.quick
     args.rows = args.rows or (1_000_000 if quick else REFERENCE_ROWS)
@@ -800,6 +806,55 @@ def report_full_passes(
         )
 
 
+def cluster_pass_table(source: Source, point: np.ndarray, args: argparse.Namespace) -> list:
+    """One source's full pass in the process and on Dask ``LocalCluster``s of 1, 2, ... workers.
+
+    Each cluster's first pass ships the compiled function and the sources to its workers
+    (linked there: a compile), so it is timed apart from the best of the later ones.
+    """
+    import distributed
+
+    n_rows, columns = source.inputs[0].shape
+    finder = data_passes(logistic_model(source.inputs, n_rows, columns))
+    in_process, reference = seconds_per_call(lambda: finder.full_pass(point), args.pass_repeats)
+    rows = [["in the process", "—", f"{in_process:.2f}", "1.00", "0"]]
+    counts = sorted({1, 2, os.cpu_count() or 1})
+    for workers in counts:
+        log(f"table 4: {workers} Dask worker(s)")
+        cluster = distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        with cluster, distributed.Client(cluster):
+            started = time.perf_counter()
+            finder.full_pass(point)
+            first = time.perf_counter() - started
+            best, result = seconds_per_call(lambda: finder.full_pass(point), args.pass_repeats)
+        same = result[0] == reference[0] and np.array_equal(result[1], reference[1])
+        rows.append([
+            f"Dask LocalCluster, {workers} worker process(es)", f"{first:.2f}", f"{best:.2f}",
+            f"{best / in_process:.2f}", "0" if same else "**differs**",
+        ])  # fmt: skip
+    return rows
+
+
+def report_cluster_passes(sources: list[Source], args: argparse.Namespace) -> None:
+    source = next(s for s in sources if s.name.startswith("Zarr, 100,000"))
+    point = np.random.default_rng(args.seed).normal(size=source.inputs[0].shape[1])
+    rows = cluster_pass_table(source, point, args)
+    print(f"\n## 4. Full-data pass on Dask workers ({args.rows:,} rows; {load_average()})\n")
+    print(
+        f"{source.name}: one `full_pass(x)` in the sampling process, and on a Dask "
+        "`LocalCluster` of worker processes (one thread each) with a `distributed.Client` "
+        "active: one task per range of chunks, read and computed on the workers, summed in "
+        "the process. The first pass on a cluster ships the compiled function and the sources "
+        "(and links the function on each worker); the later ones are the best of "
+        f"{args.pass_repeats}. Difference: from the in-process pass's log density and "
+        "gradient (0: the same to the bit).\n"
+    )
+    header = ["where", "first pass s", "pass s", "× in process", "difference"]
+    print_markdown(header, rows)
+
+
 def run(args: argparse.Namespace, directory: str) -> None:
     print_header(args, directory)
     log(f"generating {args.rows:,} × {args.columns}")
@@ -816,6 +871,8 @@ def run(args: argparse.Namespace, directory: str) -> None:
     report_minibatches(sources, X, y, args)
     setup_passes = report_sampler(sampler_stores, X, y, args)
     report_full_passes(sources, X, y, args, setup_passes)
+    if not args.no_cluster:
+        report_cluster_passes(sources, args)
     print(f"\nTotal {time.perf_counter() - STARTED:.0f} s; {load_average()} at the end.")
 
 
