@@ -71,6 +71,21 @@ def test_full_data_passes_from_zarr_equal_those_in_ram(table, on_disk):
         np.testing.assert_allclose(gradient_zarr, gradient, rtol=1e-10)
 
 
+def test_full_passes_from_dask_arrays_on_the_synchronous_scheduler(table, on_disk):
+    dask = pytest.importorskip("dask")
+    da = pytest.importorskip("dask.array")
+    in_ram = _passes(_model(*table))
+    X, y = (da.from_zarr(array) for array in on_disk)
+    with dask.config.set(scheduler="synchronous"):
+        from_dask = _passes(_model(X, y, buffer_bytes=SMALL_BUFFER))
+        assert from_dask.flat.groups[0].buffer is not None
+        point = np.random.default_rng(5).normal(size=COLUMNS)
+        logp, gradient = from_dask.full_pass(point)
+    ram_logp, ram_gradient = in_ram.full_pass(point)
+    assert logp == pytest.approx(ram_logp, rel=1e-10)
+    np.testing.assert_allclose(gradient, ram_gradient, rtol=1e-10)
+
+
 def test_full_passes_on_a_dask_cluster_equal_those_in_ram(table, on_disk):
     distributed = pytest.importorskip("distributed")
     in_ram = _passes(_model(*table))
