@@ -19,6 +19,7 @@ def Minibatch(  # noqa: N802 - mirrors pm.Minibatch
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     reuse: float = DEFAULT_REUSE,
     prefetch: bool = True,
+    client: Any = None,
 ):
     """``pm.Minibatch`` that also takes integer arrays and out-of-core data.
 
@@ -52,6 +53,10 @@ def Minibatch(  # noqa: N802 - mirrors pm.Minibatch
         chunk is replaced (rows read per row drawn: ``1/reuse``).
     prefetch : bool, optional
         Out-of-core data only: read the next chunk in a background thread.
+    client : distributed.Client or bool, optional
+        Out-of-core data only: where the full-data passes run. ``None`` (default): on
+        the active Dask client's workers if there is one, else in the process; a client:
+        on its workers; ``False``: in the process.
 
     Returns
     -------
@@ -79,7 +84,7 @@ def Minibatch(  # noqa: N802 - mirrors pm.Minibatch
     if any(s is not None for s in sources):
         return _buffered_minibatch(
             arrays, sources, batch_size, buffer_bytes=buffer_bytes, reuse=reuse,
-            prefetch=prefetch,
+            prefetch=prefetch, client=client,
         )  # fmt: skip
     return pm.Minibatch(*(_as_float_if_integer(a) for a in arrays), batch_size=batch_size)
 

@@ -95,12 +95,23 @@ def test_full_passes_on_a_dask_cluster_equal_those_in_ram(table, on_disk):
     cluster = distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     )
+
+    def scattered(client) -> list:
+        return [key for key in client.who_has() if key.startswith("ChunkEvaluator")]
+
     with cluster, distributed.Client(cluster) as client:
         on_cluster = [out_of_core.full_pass(point) for point in points]
         # The evaluator was scattered to both workers, once for all the passes.
         held = client.who_has()
-        evaluators = [key for key in held if key.startswith("ChunkEvaluator")]
-        assert len(evaluators) == 1 and len(held[evaluators[0]]) == 2, held
+        assert len(scattered(client)) == 1 and len(held[scattered(client)[0]]) == 2, held
+        # client=False keeps a model's passes in the process, whatever client is active.
+        _passes(_model(*on_disk, buffer_bytes=SMALL_BUFFER, client=False)).full_pass(points[0])
+        assert len(scattered(client)) == 1
+        # A client given to pmsg.Minibatch is used without being the active one.
+        with distributed.Client(cluster, set_as_default=False) as other:
+            given = _passes(_model(*on_disk, buffer_bytes=SMALL_BUFFER, client=other))
+            assert given.full_pass(points[0])[0] == in_process[0][0]
+            assert set(given.full._shipped) == {other.id}  # shipped through it, not `client`
     for point, (logp, gradient), cluster_pass in zip(points, in_process, on_cluster, strict=True):
         ram_logp, ram_gradient = in_ram.full_pass(point)
         assert cluster_pass[0] == pytest.approx(ram_logp, rel=1e-10)

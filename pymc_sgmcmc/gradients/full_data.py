@@ -202,7 +202,7 @@ class FullDataPass:
         are read on a Dask cluster where a ``distributed.Client`` is active.
         """
         position = np.asarray(position, dtype=self.dtype)
-        client = active_dask_client() if all(b is not None for b in self._buffers) else None
+        client = _pass_client(self._buffers)
         if client is not None:
             return self._on_cluster(client, position, progress)
         function = self._function
@@ -291,6 +291,21 @@ class FullDataPass:
     def rows_per_pass(self) -> int:
         """Rows one pass reads."""
         return int(sum(self.n_rows))
+
+
+def _pass_client(buffers: list[Any]) -> Any:
+    """The Dask client a pass over these groups runs on, or ``None`` (in the process).
+
+    Only where every group is out of core (data in RAM are not shipped): the client a
+    buffer was given, none where one was given ``False``, else the active one.
+    """
+    if not buffers or any(b is None for b in buffers):
+        return None
+    choices = [b.client for b in buffers]
+    if any(c is False for c in choices):
+        return None
+    given = next((c for c in choices if c is not None), None)
+    return given if given is not None else active_dask_client()
 
 
 def active_dask_client() -> Any:

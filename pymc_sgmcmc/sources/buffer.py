@@ -107,6 +107,10 @@ class ChunkBuffer:
     dtypes : list of dtype, optional
         The dtype each array is held in (its source's by default), e.g. floating point
         for integer labels that PyMC takes as observed data only as floats.
+    client : distributed.Client or bool, optional
+        Where full-data passes over these arrays run: ``None`` (default) on the active
+        Dask client if there is one, else in the process; a client: on its workers;
+        ``False``: always in the process. Not pickled.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class ChunkBuffer:
         prefetch: bool = True,
         resting_rows: int = 1,
         dtypes: list[Any] | None = None,
+        client: Any = None,
     ) -> None:
         if not sources:
             raise ValueError("ChunkBuffer needs at least one source.")
@@ -166,6 +171,7 @@ class ChunkBuffer:
         self.rows_per_refill = max(1, round(self.reuse * float(self.chunk_lengths.mean())))
         self.resting_rows = int(min(max(resting_rows, 1), self.n_rows))
         self.counts = BufferCounts()
+        self.client = client
         self.shared: list[Any] = []
         self._resting: list[np.ndarray] | None = None
         self._arrays: list[np.ndarray] | None = None
@@ -260,6 +266,7 @@ class ChunkBuffer:
         state.update(
             _arrays=None, _live=None, _live_offsets=None, _live_lengths=None,
             _spare_future=None, _executor=None, _rows_since_refill=0, _next_replaced=0,
+            client=None if self.client is not False else False,
         )  # fmt: skip
         return state
 
