@@ -140,7 +140,12 @@ def test_gradient_noise_variance_is_the_exact_minibatch_variance(regression):
     with model:
         step = pmsg.SGLD(gradient="minibatch", step_size=1e-5, mass=2.0)
     point = mean + np.array([0.0, 0.1, -0.2, 0.05])
-    probes = np.array([step.gradient_noise_variance(point) for _ in range(4000)])
+    # A fixed seed: the step's own generator is unseeded here, and the probes are heavy
+    # tailed (squared differences of products of normals), so an unlucky draw of 4,000
+    # lands a coordinate ~5 standard errors off now and then (seen once in CI; twelve
+    # seeds gave |z| <= 2.2, centred on 0).
+    rng = np.random.default_rng(0)
+    probes = np.array([step.gradient_noise_variance(point, rng=rng) for _ in range(4000)])
     # Per-row gradients of the likelihood; the minibatch sum of B rows drawn with
     # replacement, scaled by N/B, has variance (N²/B) Var_n(g_n) per coordinate.
     design = np.column_stack([np.ones(ROWS), x])
