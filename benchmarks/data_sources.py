@@ -73,6 +73,7 @@ import pymc as pm
 import pytensor
 import xarray as xr
 import zarr
+from paper_tables.output import cpu_name
 from pytensor.graph.traversal import graph_inputs
 
 import pymc_sgmcmc as pmsg
@@ -661,12 +662,7 @@ def load_average() -> str:
 
 
 def environment() -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return [
         f"CPU: {cpu}, {os.cpu_count()} logical cores; Python {platform.python_version()}; "
         f"{load_average()} at the start",

@@ -58,6 +58,12 @@ def _passes(model: pm.Model) -> ModeFinder:
     return ModeFinder(model, vars, flat, [g.n_rows() for g in flat.groups], chunk_rows=25_000)
 
 
+def _assert_equal_to_ram(in_ram: ModeFinder, logp: float, gradient, point) -> None:
+    ram_logp, ram_gradient = in_ram.full_pass(point)
+    assert logp == pytest.approx(ram_logp, rel=1e-10)
+    np.testing.assert_allclose(gradient, ram_gradient, rtol=1e-10)
+
+
 def test_full_data_passes_from_zarr_equal_those_in_ram(table, on_disk):
     in_ram = _passes(_model(*table))
     out_of_core = _passes(_model(*on_disk, buffer_bytes=SMALL_BUFFER))
@@ -65,10 +71,7 @@ def test_full_data_passes_from_zarr_equal_those_in_ram(table, on_disk):
     assert out_of_core.full.n_chunks == 4
     for seed in range(3):
         point = np.random.default_rng(seed).normal(size=COLUMNS)
-        logp, gradient = in_ram.full_pass(point)
-        logp_zarr, gradient_zarr = out_of_core.full_pass(point)
-        assert logp_zarr == pytest.approx(logp, rel=1e-10)
-        np.testing.assert_allclose(gradient_zarr, gradient, rtol=1e-10)
+        _assert_equal_to_ram(in_ram, *out_of_core.full_pass(point), point)
 
 
 def test_full_passes_from_dask_arrays_on_the_synchronous_scheduler(table, on_disk):
@@ -81,9 +84,7 @@ def test_full_passes_from_dask_arrays_on_the_synchronous_scheduler(table, on_dis
         assert from_dask.flat.groups[0].buffer is not None
         point = np.random.default_rng(5).normal(size=COLUMNS)
         logp, gradient = from_dask.full_pass(point)
-    ram_logp, ram_gradient = in_ram.full_pass(point)
-    assert logp == pytest.approx(ram_logp, rel=1e-10)
-    np.testing.assert_allclose(gradient, ram_gradient, rtol=1e-10)
+    _assert_equal_to_ram(in_ram, logp, gradient, point)
 
 
 def test_full_passes_on_a_dask_cluster_equal_those_in_ram(table, on_disk):
@@ -113,9 +114,7 @@ def test_full_passes_on_a_dask_cluster_equal_those_in_ram(table, on_disk):
             assert given.full_pass(points[0])[0] == in_process[0][0]
             assert set(given.full._shipped) == {other.id}  # shipped through it, not `client`
     for point, (logp, gradient), cluster_pass in zip(points, in_process, on_cluster, strict=True):
-        ram_logp, ram_gradient = in_ram.full_pass(point)
-        assert cluster_pass[0] == pytest.approx(ram_logp, rel=1e-10)
-        np.testing.assert_allclose(cluster_pass[1], ram_gradient, rtol=1e-10)
+        _assert_equal_to_ram(in_ram, *cluster_pass, point)
         # Chunk by chunk, summed in chunk order as in-process: the same to the bit.
         assert cluster_pass[0] == logp
         np.testing.assert_array_equal(cluster_pass[1], gradient)

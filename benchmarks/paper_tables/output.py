@@ -15,14 +15,20 @@ import scipy
 import pymc_sgmcmc as pmsg
 
 
-def environment() -> list[str]:
-    """Two lines: the machine, and the versions of the libraries."""
-    cpu = platform.machine()
+def cpu_name() -> str:
+    """The processor's model name (Linux's ``/proc/cpuinfo``), else what ``platform`` says."""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            return next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
-        pass
+        return platform.processor() or platform.machine()
+
+
+def environment() -> list[str]:
+    """Two lines: the machine, and the versions of the libraries."""
+    cpu = cpu_name()
     return [
         f"CPU: {cpu}, {os.cpu_count()} logical cores; {platform.system()} "
         f"{platform.machine()}; Python {platform.python_version()}",
