@@ -1,9 +1,10 @@
 """What a step's set-up costs before its first draw, against the memory bandwidth.
 
-A logistic regression of ``--rows`` × ``--cols`` float64 features (batch 1,000, prior
-``N(0, 10²)``), the problem of ``time_to_accuracy.py``. For each of ``--repeats`` steps
-built afresh in one process (the first pays the compiles unless PyTensor's on-disk cache
-holds them; the later ones show the set-up itself), it prints:
+A logistic regression of ``--rows`` × ``--cols`` float64 features (``--dtype float32``:
+float32; batch 1,000, prior ``N(0, 10²)``), the problem of ``time_to_accuracy.py``. For
+each of ``--repeats`` steps built afresh in one process (the first pays the compiles
+unless PyTensor's on-disk cache holds them; the later ones show the set-up itself), it
+prints:
 
 - *set-up s*: building ``pmsg.SGHMC()`` (or ``--sampler``) with default arguments, the
   mode search and the Laplace curvature included, and *mode s* of it;
@@ -100,6 +101,10 @@ def main() -> None:
     parser.add_argument("--sampler", default="SGHMC")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument(
+        "--dtype", default="float64", choices=("float64", "float32"),
+        help="the features' type in RAM; the labels and the parameters are float64",
+    )  # fmt: skip
     parser.add_argument("--warm-rows", type=int, default=0)
     parser.add_argument("--warm-batch-size", type=int, default=0)
     args = parser.parse_args()
@@ -115,8 +120,9 @@ def main() -> None:
         warm = time.perf_counter() - started
         print(f"a step and a draw at {args.warm_rows:,} rows, batch {warm_batch:,}: {warm:.1f} s")
     x, y = logistic_data(args.rows, args.cols)
+    x = x.astype(args.dtype)
     data_bytes = x.nbytes + y.nbytes
-    w = np.zeros(args.cols)
+    w = np.zeros(args.cols, dtype=args.dtype)
 
     def numpy_gradient() -> np.ndarray:
         return x.T @ (y - 1 / (1 + np.exp(-x @ w)))

@@ -20,14 +20,19 @@ from typing import Any
 
 import numpy as np
 import pytensor
+import pytensor.tensor as pt
 from pymc.model import Model
 from pymc.pytensorf import compile as pm_compile
 from pytensor.compile.builders import SymbolicOp
+from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.op import HasInnerGraph
+from pytensor.graph.rewriting.basic import dfs_rewriter, node_rewriter
 from pytensor.graph.traversal import toposort
 from pytensor.scan.op import Scan
+from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.math import Dot
 
 _COMPILED: weakref.WeakKeyDictionary[Model, dict[tuple, Any]] = weakref.WeakKeyDictionary()
 """Compiled functions by model, then by :func:`graph_key` (and the compile settings)."""
@@ -78,6 +83,48 @@ def _link(maker: bytes, storage: list, trust_input: bool) -> Any:
     return function
 
 
+def upcast_mixed_dot(fgraph: Any, node: Any) -> list | None:
+    """A product of float32 data with float64 parameters, computed on float64 inputs.
+
+    ``pm.Minibatch`` keeps float32 data as float32, so a logistic regression's ``X @ w``
+    multiplies float32 by float64. PyTensor's BLAS rewrites skip a ``Dot`` whose inputs
+    differ in type, and Numba's product of mixed types loops without BLAS (measured at
+    10⁶ × 16: a log density and gradient took 0.69-0.85 s against 0.14 s in float64;
+    0.29 s with this rewrite). The cast goes below any transpose, so that the log
+    density's ``X @ w`` and its gradient's ``X.T @ r`` share one cast of ``X``.
+    """
+    dtype = node.outputs[0].type.dtype
+    if all(x.type.dtype == dtype for x in node.inputs):
+        return None
+    return [node.op(*(_cast_below_transposes(x, dtype) for x in node.inputs))]
+
+
+def _cast_below_transposes(x: Variable, dtype: str) -> Variable:
+    if x.type.dtype == dtype:
+        return x
+    if x.owner is not None and isinstance(x.owner.op, DimShuffle):
+        return x.owner.op(_cast_below_transposes(x.owner.inputs[0], dtype))
+    return pt.cast(x, dtype)
+
+
+# Not applied as a decorator: the compiled function's pickle (worker processes) refers
+# to the function by its name, which the decorated object would take over.
+_UPCAST_MIXED_DOT = dfs_rewriter(node_rewriter([Dot])(upcast_mixed_dot), name="upcast_mixed_dot")
+
+UPCAST_MIXED_DOT_POSITION = 2.5
+"""After PyTensor's ``specialize`` (2), which lifts transposes through products, and
+before its in-place and fusion passes."""
+
+
+def compile_mode(mode: Any = None) -> Mode:
+    """PyTensor's ``mode`` (the configured default for None) with :func:`upcast_mixed_dot`.
+
+    The mode's rewrites also rewrite the inner graphs of scans, so the trajectory's
+    minibatch products are rewritten too.
+    """
+    return get_mode(mode).register((_UPCAST_MIXED_DOT, UPCAST_MIXED_DOT_POSITION))
+
+
 def compile_graph(inputs: list, outputs: list, compile_kwargs: dict | None = None) -> Any:
     """PyMC's ``compile`` of ``outputs``, with trusted inputs and reproducible arithmetic.
 
@@ -92,6 +139,8 @@ def compile_graph(inputs: list, outputs: list, compile_kwargs: dict | None = Non
       so the first run of a script and every later one gave different draws for one
       ``random_seed``. Off, both agree bit for bit, at about 5 % of the sampling time.
     - ``trust_input``: the callers build their inputs with the right types.
+    - Products of float32 data and float64 parameters are computed in float64 with
+      BLAS (:func:`upcast_mixed_dot`), in ``compile_kwargs``'s ``mode`` if it has one.
     - Inside a model's context and without ``compile_kwargs``, a function compiled
       before on that model from a graph with the same :func:`graph_key` is returned
       instead of a new one (its inputs and outputs in the same order).
@@ -106,6 +155,7 @@ def compile_graph(inputs: list, outputs: list, compile_kwargs: dict | None = Non
             if cached is not None:
                 return cached
     kwargs = {"on_unused_input": "ignore"} | dict(compile_kwargs or {})
+    kwargs["mode"] = compile_mode(kwargs.get("mode"))
     with pytensor.config.change_flags(**LINK_FLAGS):
         function = pm_compile(list(inputs), list(outputs), random_seed=False, **kwargs)
     function.trust_input = True
