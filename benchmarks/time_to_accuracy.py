@@ -82,7 +82,12 @@ guessed tree size × iterations × chains) exceeds a tenth of ``--nuts-budget-s`
 first runs only ``--nuts-short`` (100) warm-up and 100 kept draws per chain (fewer when
 even that would take half the budget). Its full cost is extrapolated: seconds per
 leapfrog step of the short run × (its warm-up steps + the remaining warm-up and all draws
-at the short run's mean tree size), plus its setup. If that fits the budget the full run
+at the short run's mean tree size), plus its setup. With vectorised chains (NumPyro's
+default) the chains take each leapfrog step together and an iteration costs the largest
+of their trees, so the steps counted are the per-iteration maxima over the chains; and
+NumPyro's short runs warm up apart (``warmup()``, then ``run()``) so that the warm-up's
+own tree sizes, the largest of the run, are counted rather than estimated from the draws'
+(the second compile that costs is not counted). If that fits the budget the full run
 follows; otherwise the row shows the extrapolation, marked "~": ESS scaled with the number
 of draws, time to accuracy from the prefix found in the short run (or "> ~T", the end of
 the short run's draws after the full warm-up, when none was), accuracy columns and peak

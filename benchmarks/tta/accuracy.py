@@ -77,6 +77,7 @@ def save_reference(path: str, x: np.ndarray, ess: np.ndarray, total: float) -> N
 def summarise(cfg: dict, out: dict, total: float, result: dict) -> None:
     """Accuracy, ESS, rows touched and (for short NUTS runs) the extrapolation."""
     x = to_matrix(cfg["model"], out.pop("draws"))
+    total -= out.get("uncounted_s", 0.0)
     chains, kept = x.shape[:2]
     tune = cfg["tune"]
     ess = bulk_ess(x)
@@ -127,6 +128,9 @@ def count_leapfrog_steps(n: int, out: dict, result: dict, chains: int, kept: int
     result["tune_steps"], result["draw_steps"] = tune_steps, draw_steps
     result["mean_tree"] = float(draw_steps.sum() / (chains * kept))
     result["rows_touched"] = float((tune_steps.sum() + draw_steps.sum()) * n)
+    if "joint_draw_steps" in out:  # vectorised chains: an iteration costs the largest tree
+        result["joint_draw_steps"] = out["joint_draw_steps"]
+        result["joint_tune_steps"] = out.get("joint_tune_steps")
 
 
 def extrapolate(
@@ -138,10 +142,20 @@ def extrapolate(
     """
     tune_steps, draw_steps = result["tune_steps"], result["draw_steps"]
     chains, tune, kept, k = result["chains"], result["tune"], result["draws"], result.get("tta_k")
-    # Short run: extrapolate to full_tune + full_draws at the measured cost per leapfrog step.
-    per_step = sampling / (tune_steps.sum() + draw_steps.sum())
-    warm = tune_steps.sum() + chains * (full_tune - tune) * result["mean_tree"]
-    full_steps = warm + chains * full_draws * result["mean_tree"]
+    # Rows touched: every chain's leapfrog steps. Time: the steps the chains take one
+    # after another, or, vectorised, together (an iteration costs the largest tree).
+    warm_rows = tune_steps.sum() + chains * (full_tune - tune) * result["mean_tree"]
+    rows = warm_rows + chains * full_draws * result["mean_tree"]
+    if result.get("joint_tune_steps") is not None:
+        joint_tree = result["joint_draw_steps"] / kept
+        measured_steps = result["joint_tune_steps"] + result["joint_draw_steps"]
+        warm = result["joint_tune_steps"] + (full_tune - tune) * joint_tree
+        per_draw = joint_tree
+    else:
+        measured_steps = tune_steps.sum() + draw_steps.sum()
+        warm, per_draw = warm_rows, chains * result["mean_tree"]
+    per_step = sampling / measured_steps
+    full_steps = warm + full_draws * per_draw
     result["measured"] = {
         key: result[key]
         for key in ("total_s", "min_ess", "ess_per_s", "tta_s", "rows_touched", "tune", "draws")
@@ -150,7 +164,7 @@ def extrapolate(
         extrapolated=True,
         seconds_per_leapfrog=per_step,
         total_s=setup + per_step * full_steps,
-        rows_touched=full_steps * n,
+        rows_touched=rows * n,
         tune=full_tune,
         draws=full_draws,
     )
@@ -158,6 +172,6 @@ def extrapolate(
         result["min_ess"] *= full_draws / kept
         result["ess_per_s"] = result["min_ess"] / result["total_s"]
     if k is not None:
-        result["tta_s"] = setup + per_step * (warm + chains * k * result["mean_tree"])
+        result["tta_s"] = setup + per_step * (warm + k * per_draw)
     else:  # not within the short run: at least the end of its draws at full warm-up
-        result["tta_lower_s"] = setup + per_step * (warm + chains * kept * result["mean_tree"])
+        result["tta_lower_s"] = setup + per_step * (warm + kept * per_draw)

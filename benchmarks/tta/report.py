@@ -184,9 +184,10 @@ def table_row(r: dict, labels: list[str], footnotes: list[str]) -> str:
         footnotes.append(
             f"{r['label']}: ~ extrapolated from a short run of {m['tune']} warm-up + "
             f"{m['draws']} draws per chain ({fmt(m['total_s'])} s measured, "
-            f"{r['seconds_per_leapfrog'] * 1e3:.3g} ms per leapfrog step, mean tree size "
-            f"{r['mean_tree']:.3g}) to {r['tune']} + {r['draws']}; its accuracy columns "
-            "are the short run's."
+            f"{r['seconds_per_leapfrog'] * 1e3:.3g} ms per "
+            f"{'joint ' if r.get('joint_tune_steps') is not None else ''}leapfrog step, "
+            f"mean tree size {r['mean_tree']:.3g}) to {r['tune']} + {r['draws']}; its "
+            "accuracy columns are the short run's."
         )
     return "| " + " | ".join(cells) + " |"
 
