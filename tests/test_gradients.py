@@ -21,7 +21,12 @@ import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.gradients import full_data
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
-from pymc_sgmcmc.gradients.estimators import ChainEstimator, ControlVariates, TuningWindows
+from pymc_sgmcmc.gradients.estimators import (
+    REANCHOR_DISTANCE,
+    ChainEstimator,
+    ControlVariates,
+    TuningWindows,
+)
 from pymc_sgmcmc.gradients.full_data import Anchor, FullDataPass, SubsampleGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient
 from pymc_sgmcmc.sampling.mode import ModeFinder
@@ -378,3 +383,45 @@ def test_a_chain_estimator_moves_its_anchor_to_each_windows_finite_mean():
     assert chain.anchor.logp == -1.0
     assert chain.noise.probes == 0  # measured about the old anchor: forgotten
     assert chain.inputs()["anchor.position"] is chain.anchor.position
+
+
+class CountedPasses(QuadraticPasses):
+    """:class:`QuadraticPasses` that count their full-data passes."""
+
+    def __init__(self):
+        self.count = 0
+
+    def full_pass(self, position):
+        self.count += 1
+        return super().full_pass(position)
+
+
+def test_a_window_mean_near_the_anchor_leaves_it_without_a_pass():
+    # A move costs a full-data pass and gains little where the anchor is already within
+    # REANCHOR_DISTANCE posterior sds of the window's mean in every coordinate.
+    passes = CountedPasses()
+    estimator = ControlVariates(passes, batch_sizes=[10], sampler="SGHMC")
+    estimator.initial_anchor = Anchor(np.zeros(2), 0.0, np.zeros(2))
+    sd = np.array([1.0, 0.1])
+    tune = 200
+    chain = ChainEstimator(estimator, dim=2, tune=tune)
+    ends = [end for _, end in chain.windows.windows]
+    near = 0.8 * REANCHOR_DISTANCE * sd  # within the distance in both coordinates
+    far = np.array([0.8, 1.2]) * REANCHOR_DISTANCE * sd  # beyond it in the second
+    moves = []
+    for iteration in range(tune):
+        value = near if iteration < ends[0] else far
+        before = chain.anchor
+        chain.follow_tuning(value, iteration, np.float64, posterior_sd=sd)
+        if chain.anchor is not before:
+            moves.append(iteration)
+    # The first window stays; the second moves the anchor to `far`, and the later
+    # windows' means are `far` itself.
+    assert moves == [ends[1] - 1]
+    assert passes.count == 1
+    np.testing.assert_allclose(chain.anchor.position, far)
+    # Without the sds (no constant metric) every window moves it, as before.
+    plain = ChainEstimator(estimator, dim=2, tune=tune)
+    for iteration in range(ends[0]):
+        plain.follow_tuning(near, iteration, np.float64)
+    np.testing.assert_allclose(plain.anchor.position, near)

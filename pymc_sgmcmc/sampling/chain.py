@@ -223,7 +223,9 @@ class Chain(WithSamplingState):
             )  # fmt: skip
         if self.tune:
             at = None if kept.diverging else kept.state.position
-            self.estimator.follow_tuning(at, self.iteration - 1, parts.dtype)
+            self.estimator.follow_tuning(
+                at, self.iteration - 1, parts.dtype, posterior_sd=tuning.posterior_sd
+            )
         tuning.after_iteration(
             self, self.context(rng), kept.state, kept.gradient, diverging=kept.diverging,
             accept=kept.accept,
