@@ -23,6 +23,7 @@ from pymc_sgmcmc.gradients import full_data
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
 from pymc_sgmcmc.gradients.estimators import (
     REANCHOR_DISTANCE,
+    REANCHOR_Z,
     ChainEstimator,
     ControlVariates,
     TuningWindows,
@@ -398,16 +399,19 @@ class CountedPasses(QuadraticPasses):
 
 def test_a_window_mean_near_the_anchor_leaves_it_without_a_pass():
     # A move costs a full-data pass and gains little where the anchor is already within
-    # REANCHOR_DISTANCE posterior sds of the window's mean in every coordinate.
+    # REANCHOR_DISTANCE posterior sds of the window's mean in every coordinate, beyond
+    # the mean's own error, REANCHOR_Z / sqrt(draws) sds.
     passes = CountedPasses()
     estimator = ControlVariates(passes, batch_sizes=[10], sampler="SGHMC")
     estimator.initial_anchor = Anchor(np.zeros(2), 0.0, np.zeros(2))
     sd = np.array([1.0, 0.1])
     tune = 200
     chain = ChainEstimator(estimator, dim=2, tune=tune)
-    ends = [end for _, end in chain.windows.windows]
-    near = 0.8 * REANCHOR_DISTANCE * sd  # within the distance in both coordinates
-    far = np.array([0.8, 1.2]) * REANCHOR_DISTANCE * sd  # beyond it in the second
+    windows = chain.windows.windows
+    ends = [end for _, end in windows]
+    reach = [REANCHOR_DISTANCE + REANCHOR_Z / np.sqrt(end - start) for start, end in windows]
+    near = 0.9 * reach[0] * sd  # within the first window's reach in both coordinates
+    far = np.array([0.9, 1.1]) * reach[1] * sd  # beyond the second's in the second
     moves = []
     for iteration in range(tune):
         value = near if iteration < ends[0] else far

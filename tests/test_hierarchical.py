@@ -257,8 +257,8 @@ def test_the_control_variate_anchor_moves_from_the_mode_into_the_bulk_during_tun
     def distance(point):
         return np.abs((point - mean) / sd).max()
 
-    assert distance(step.mode.position) > 3.0  # measured: 6.4 sd
-    assert distance(step.anchor.position) < 1.0  # measured: 0.58 sd
+    assert distance(step.mode.position) > 3.0  # measured: 6.1 sd
+    assert distance(step.anchor.position) < 1.0  # measured: 0.48 sd (one move)
     # An anchor the user chose stays where it is.
     with model:
         chosen = pmsg.SGHMC(anchor=step.mode, mode_kwargs={"progressbar": False})
