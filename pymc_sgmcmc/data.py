@@ -100,10 +100,11 @@ def _as_float_if_integer(array: Any) -> Any:
 def _float_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype a buffer holds a source's rows in: ``floatX`` for integers and narrower floats.
 
-    Narrower floats because PyTensor's Numba backend computes a product of a float32
-    array and float64 parameters without BLAS: a full-data pass over 10⁷ × 16 float32
-    features took 5.1 s, against 0.86 s with the same features as float64 (converted in
-    NumPy as they are read: the rows on disk stay as they are).
+    Narrower floats because PyMC refuses a float32 minibatch as the observed data of a
+    float64 likelihood (it would be a cast of the data, "Variables that depend on other
+    nodes cannot be used for observed data"), and which array is observed is not known
+    here; and features held as float64 are cast once, as a chunk is read, not at every
+    product of every pass. The rows on disk stay as they are.
     """
     floatx = np.dtype(pytensor.config.floatX)
     if dtype.kind in "iub" or (dtype.kind == "f" and dtype.itemsize < floatx.itemsize):
