@@ -6,7 +6,9 @@ Problem: Bayesian logistic regression, N = 100,000 rows, D = 10 features, miniba
 One run measures, side by side:
 
 (a) ``step.step(point)`` of ``pmsg.SGHMC`` in a loop (the step method's own cost);
-(b) the same step method inside ``pm.sample`` (per draw, compilation and set-up excluded);
+(b) the same step method inside ``pm.sample`` (per draw, compilation and set-up excluded),
+    with its default blocks of draws (``draws_per_call``: up to 20 draws per compiled
+    call after tuning) and with the other block lengths of ``--draws-per-call``;
 (c) a Python loop of single-step calls: ``SGHMC(n_steps=1)`` called 10 times per
     iteration, and 10 bare calls of its compiled function;
 (d) BlackJAX's SGHMC with the whole chain in one ``jax.lax.scan`` under ``jax.jit``.
@@ -22,6 +24,7 @@ memory check of ``benchmarks/memory.py`` (in fresh processes).
     bash run.sh bench              # the full run, a few minutes
     bash run.sh bench --quick      # fewer and shorter blocks
     bash run.sh bench --no-memory  # skip the memory check
+    bash run.sh python benchmarks/per_iteration.py --draws-per-call 1,2,5,10
 
 With ``--baseline DIR`` (a checkout of an older revision, e.g. ``git worktree add DIR
 <commit>``) the script instead compares the package here with the one in DIR, in one
@@ -139,7 +142,8 @@ def sghmc(model: pm.Model, n_steps: int, minibatch: str, **kwargs) -> pmsg.SGHMC
         **kwargs,
     )
     step.trajectory_function  # noqa: B018 - compile now, outside every timed block
-    step.setup_chain(np.random.default_rng(CHAIN_SEED), 0, 1)
+    # A chain long enough for every loop below: blocks of draws never pass its end.
+    step.setup_chain(np.random.default_rng(CHAIN_SEED), 0, 10**9)
     return step
 
 
@@ -518,7 +522,7 @@ def print_results(cases: dict[tuple[str, str], Case], sizes: Sizes) -> None:
 
     rows = []
     for (kind, mode), case in cases.items():
-        reference = blackjax(mode) if kind in ("step", "sample") else None
+        reference = blackjax(mode) if kind.startswith(("step", "sample")) else None
         versus = ratio(case.cpu, reference.cpu) if reference else ""
         rows.append(
             (
@@ -889,6 +893,12 @@ def main() -> None:
     parser.add_argument(
         "--block-seconds", type=float, help="--baseline: draws per block, in seconds (0.25)"
     )
+    parser.add_argument(
+        "--draws-per-call",
+        default="1,5",
+        help="pm.sample per draw also with these block lengths (comma-separated; the "
+        "default of 20 is always timed)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -926,7 +936,14 @@ def main() -> None:
         block = pm_sample_block(
             model, steps[mode], point, sizes.sample_short, sizes.sample_long, traces[mode]
         )
-        cases["sample", mode] = Case("ours: pm.sample, per draw", block)
+        cases["sample", mode] = Case("ours: pm.sample, per draw (blocks of 20, default)", block)
+    for k in (int(k) for k in args.draws_per_call.split(",") if k):
+        for mode in MODES:
+            step = sghmc(model, N_STEPS, mode, draws_per_call=k)
+            block = pm_sample_block(model, step, point, sizes.sample_short, sizes.sample_long, {})
+            cases[f"sample K={k}", mode] = Case(
+                f"ours: pm.sample, per draw, draws_per_call={k}", block
+            )
     cases["loop", "step"] = Case(
         f"Python loop: {N_STEPS} × step.step, n_steps=1",
         per_iteration(step_loop(single, point, N_STEPS), sizes.loop_iterations),

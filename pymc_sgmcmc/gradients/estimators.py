@@ -199,6 +199,10 @@ class MinibatchEstimator:
         """The anchor of the trajectory that starts at ``position`` (unchanged here)."""
         return anchor
 
+    def moves_anchor_at(self, iteration: int) -> bool:
+        """Whether :meth:`next_anchor` moves a set anchor before this iteration."""
+        return False
+
     def inputs(self, anchor: Anchor | None) -> dict[str, np.ndarray]:
         """Arrays of the compiled trajectory that belong to the estimator."""
         return {}
@@ -324,6 +328,9 @@ class SVRG(ControlVariates):
             return self.anchor_at(position, "chain's")
         return anchor
 
+    def moves_anchor_at(self, iteration: int) -> bool:  # noqa: D102
+        return iteration > 0 and iteration % self.every == 0
+
 
 ESTIMATORS: dict[str, type[MinibatchEstimator]] = {
     cls.name: cls for cls in (MinibatchEstimator, ControlVariates, SVRG)
@@ -446,6 +453,13 @@ class ChainEstimator(WithSamplingState):
     def probe_due(self, iteration: int, tune: bool) -> bool:
         """Whether the chain measures its noise before this iteration's trajectory."""
         return self.measures_noise and self.noise.due(iteration, tune)
+
+    def event_due(self, iteration: int) -> bool:
+        """Whether, after tuning, this iteration starts with a noise probe or an anchor's move.
+
+        A block of draws computed ahead ends before it.
+        """
+        return self.probe_due(iteration, False) or self.estimator.moves_anchor_at(iteration)
 
     def inputs(self) -> dict[str, np.ndarray]:
         """The estimator's arrays of the compiled trajectory, at the current anchor."""

@@ -5,12 +5,20 @@ as one :class:`ChainParts` value (the kernel, the compiled trajectory, the corre
 the adapters' loop, the groups); a :class:`Chain` holds what one chain changes as it goes,
 which PyMC's ``sampling_state`` saves and restores whole, and makes one draw
 (:meth:`Chain.advance`) from those parts.
+
+After tuning, where the step's trajectory is a scan over draws, a chain computes a
+:class:`Block` of draws in one compiled call and hands them out one per ``astep``. It
+draws each one's randomness from the chain's generator in the order single draws would,
+and keeps the generator's state before each, so a block cut short (a divergence, a point
+changed from outside) leaves the generator where single draws would have: the same seed
+gives the same draws whatever the block's length.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -49,6 +57,42 @@ class ChainParts(NamedTuple):
     sampler: str
     dim: int
     dtype: Any
+    draws_per_call: int = 1
+    """The longest :class:`Block` after tuning (1: a compiled call per draw)."""
+
+
+@dataclass
+class Block:
+    """Draws computed ahead in one compiled call, handed out one at a time.
+
+    Attributes
+    ----------
+    outputs : list of ndarray
+        The compiled call's outputs, one entry per draw on the leading axis.
+    start : ndarray
+        The position the first draw started from.
+    ends : ndarray
+        Each draw's end position (the next one's start), one row per draw.
+    step_sizes : list of float
+        Each draw's step size.
+    generator_states : list of dict
+        The chain generator's state before each draw's randomness, and after the last.
+    params : NamedTuple
+        The kernel's parameters of every draw.
+    served : int
+        Draws handed out so far.
+    """
+
+    outputs: list[np.ndarray]
+    start: np.ndarray
+    ends: np.ndarray
+    step_sizes: list[float]
+    generator_states: list[dict]
+    params: Any
+    served: int = 0
+
+    def __len__(self) -> int:
+        return len(self.step_sizes)
 
 
 @dataclass_state
@@ -119,6 +163,10 @@ class Chain(WithSamplingState):
         # Checked when the chain ends (chain_checks.chain_check_messages).
         self.draw_stats: dict[str, list[float]] = {name: [] for name in checked_stats(parts.kernel)}
         self._context: ChainContext | None = None
+        self.block: Block | None = None
+        """Draws computed ahead and not yet handed out (not part of the saved state)."""
+        self.blocks_off = False
+        """Set when the point was changed from outside: single draws from then on."""
 
     def record_draw(self, stats: dict[str, Any], sampler: str) -> None:
         """Keep a draw's checked statistics; at the chain's last draw, warn on them."""
@@ -174,28 +222,118 @@ class Chain(WithSamplingState):
             rng=rng, n_rows=self.n_rows, estimator=self.estimator, groups=parts.groups,
         )  # fmt: skip
 
-    def advance(self, position: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict]:
+    def block_length(self) -> int:
+        """Draws the next compiled call may make: up to the next event that needs Python.
+
+        One during tuning (the adapters learn from every draw), and before a noise probe,
+        an anchor's move or the chain's end, which a block does not cross.
+        """
+        parts = self.parts
+        if self.tune or self.blocks_off or not parts.trajectory.blocks:
+            return 1
+        remaining = self.tune_iterations + self.draw_iterations - self.iteration
+        length = max(1, min(parts.draws_per_call, remaining))
+        for ahead in range(1, length):
+            if self.estimator.event_due(self.iteration + ahead):
+                return ahead
+        return length
+
+    def _compute_block(self, position: np.ndarray, rng: np.random.Generator, length: int) -> Block:
+        """``length`` draws from ``position`` in one call, randomness as single draws take it."""
+        parts = self.parts
+        tuning, states = parts.tuning, [rng.bit_generator.state]
+        draws, step_sizes = [], []
+        for ahead in range(length):
+            step_sizes.append(tuning.step_size_adapter.current(self.iteration + ahead, rng))
+            if ahead == 0:
+                inputs = self.inputs(position, rng)
+            else:  # a kept draw leaves no refresh pending
+                inputs["refresh"] = parts.refresh_every_trajectory
+            draws.append(
+                parts.trajectory.arguments(
+                    tuning.params, position, step_size=step_sizes[-1], **inputs
+                )
+            )
+            states.append(rng.bit_generator.state)
+        outputs = parts.trajectory.run_block(draws)
+        ends = outputs[parts.trajectory.compiled(tuning.params).index["position"]]
+        return Block(outputs, position, ends, step_sizes, states, tuning.params)
+
+    def _restart_in_block(
+        self, block: Block, served: int, rng: np.random.Generator, position: np.ndarray
+    ) -> Any:
+        """A fresh state after the block's draw ``served`` diverged.
+
+        The generator goes back to where that draw's randomness ended, as if the later
+        draws of the block had never been drawn.
+        """
+        rng.bit_generator.state = block.generator_states[served + 1]
+        return self.fresh_state(position, rng)
+
+    def drop_block(self, rng: np.random.Generator | None) -> None:
+        """Forget the draws computed ahead; ``rng`` goes back to before the next one's."""
+        if self.block is not None and rng is not None:
+            rng.bit_generator.state = self.block.generator_states[self.block.served]
+        self.block = None
+
+    def _next_trajectory(self, position: np.ndarray, rng: np.random.Generator):
+        """The trajectory of this draw and its step size: from a block, or computed now."""
+        parts = self.parts
+        block = self.block
+        if block is None:
+            # In this order: the chain's start (at its first draw), the estimator's
+            # anchor and noise probe, then one draw or a block of them.
+            tuning = parts.tuning
+            if self.iteration == 0 and self.kernel_state is None:
+                position = parts.start(position, rng=rng)
+            self.estimator.before_trajectory(position, self.iteration)
+            if self.estimator.probe_due(self.iteration, self.tune):
+                probes = NOISE_PROBES_AT_START if self.iteration == 0 else 1
+                tuning.probe_noise(self, position, probes, rng)
+            length = self.block_length()
+            if length == 1:
+                step_size = tuning.step_size_adapter.current(self.iteration, rng)
+                trajectory = parts.trajectory.run(
+                    tuning.params, position, step_size=step_size,
+                    fresh_state=partial(self.fresh_state, rng=rng), **self.inputs(position, rng),
+                )  # fmt: skip
+                return trajectory, step_size
+            block = self.block = self._compute_block(position, rng, length)
+        served = block.served
+        block.served += 1
+        if block.served == len(block):
+            self.block = None
+        start = block.start if served == 0 else block.ends[served - 1]
+        step_size = block.step_sizes[served]
+        trajectory = parts.trajectory.trajectory(
+            block.params, start, [out[served] for out in block.outputs], step_size,
+            partial(self._restart_in_block, block, served, rng),
+        )  # fmt: skip
+        return trajectory, step_size
+
+    def advance(
+        self, position: np.ndarray, rng: np.random.Generator, *, continued: bool = True
+    ) -> tuple[np.ndarray, dict]:
         """One draw from ``position``: its kept position and its statistics.
 
         In this order: the chain's start (at its first draw), the estimator's anchor and
-        noise probe, the step size, one compiled trajectory, the correction, the groups'
-        exact moves, the divergence record, the statistics, the adapters.
+        noise probe, the step size, one compiled trajectory (or the next draw of a
+        block), the correction, the groups' exact moves, the divergence record, the
+        statistics, the adapters. ``continued``: ``position`` is the chain's last draw
+        (else a block computed ahead is dropped, and no more are computed).
         """
         parts = self.parts
         kernel, tuning = parts.kernel, parts.tuning
-        if self.iteration == 0 and self.kernel_state is None:
-            position = parts.start(position, rng=rng)
-        self.estimator.before_trajectory(position, self.iteration)
-        if self.estimator.probe_due(self.iteration, self.tune):
-            probes = NOISE_PROBES_AT_START if self.iteration == 0 else 1
-            tuning.probe_noise(self, position, probes, rng)
-        step_size = tuning.step_size_adapter.current(self.iteration, rng)
-        trajectory = parts.trajectory.run(
-            tuning.params, position, step_size=step_size,
-            fresh_state=partial(self.fresh_state, rng=rng), **self.inputs(position, rng),
-        )  # fmt: skip
+        if not continued and self.block is not None:
+            # Another sampler (a CompoundStep) or the user moved the point: the draws
+            # computed ahead no longer follow from it.
+            self.drop_block(rng)
+            self.blocks_off = True
+        trajectory, step_size = self._next_trajectory(position, rng)
         self.iteration += 1
         kept = parts.correction.apply(trajectory, rng)
+        if kept.restarted:
+            self.block = None  # its later draws continued from the divergent end
         # A fresh state's momentum may be the first trajectory's to draw.
         self.refresh_pending = kept.restarted and kernel.refresh_first
         if parts.groups is not None and kept.finite and not kept.diverging:

@@ -57,6 +57,9 @@ from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
 
 _log = logging.getLogger("pymc_sgmcmc")
+DRAWS_PER_CALL = 20
+"""Draws per compiled call after tuning by default. A block also ends at each noise probe
+(every 20 draws after tuning, ``NOISE_PROBE_EVERY``), so a longer one would rarely run."""
 _PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """Warnings from set-up name the first line outside the package (the user's)."""
 
@@ -103,6 +106,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         Apply the kernel's ``refresh`` (fresh momentum) at the start of every trajectory.
     step_jitter : float
         Relative spread of the per-trajectory step size (0: none).
+    draws_per_call : int or "auto"
+        After tuning, draws computed in one compiled call where the step may
+        (:meth:`blocks_possible`); "auto" is :data:`DRAWS_PER_CALL`.
     allow_missing_total_size, model, blocked, rng, initial_point, compile_kwargs
         As for every public sampler, and PyMC's step methods.
     """
@@ -153,6 +159,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         adapt_mass: bool = True,
         refresh_every_trajectory: bool = False,
         step_jitter: float = 0.0,
+        draws_per_call: int | str = "auto",
         allow_missing_total_size: bool = False,
         model=None,
         blocked: bool = True,
@@ -170,7 +177,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         arguments.check_step_arguments(
             name, kernel, step_size=step_size, n_steps=n_steps, minibatch=minibatch,
             start=start, anchor_every=anchor_every, mass=mass, mass_adapter=mass_adapter,
+            draws_per_call=draws_per_call,
         )  # fmt: skip
+        self.draws_per_call = DRAWS_PER_CALL if draws_per_call == "auto" else int(draws_per_call)
         self.n_steps, self.minibatch, self.start = int(n_steps), minibatch, start
         self.refresh_every_trajectory = bool(refresh_every_trajectory)
         self.allow_missing_total_size = bool(allow_missing_total_size)
@@ -214,6 +223,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         ) = parts  # fmt: skip
         self.mode_seconds = None if self.mode is None else self.mode.seconds
         self._tune_iterations = self._draw_iterations = 0
+        self._returned: np.ndarray | None = None
         self._reset_chain()
         if self.groups is not None and np.ndim(self.params.metric.inverse) == 2:
             if groups is True:
@@ -224,7 +234,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                 )
             self.groups = self.estimator.grouping = self.tuning.groups = None
             self._trajectory.grouped = None
-            self.chain.parts = self._chain_parts()
+        self._trajectory.blocks = self.blocks_possible()
+        self.chain.parts = self._chain_parts()
         if kernel.validate is not None:
             startup.validate_kernel(
                 name,
@@ -290,6 +301,26 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         share = prior_share(twin, mode.position, mode.covariance)
         return (twin, share) if share > PRIOR_SHARE_LIMIT else (None, None)
 
+    def blocks_possible(self) -> bool:
+        """Whether, after tuning, the step may compute several draws in one compiled call.
+
+        Where nothing between two draws needs Python but the bookkeeping: no Metropolis
+        test (a kernel with an energy), no per-group moves, no chunk buffer (its refills
+        would replace rows drawn ahead), no other sampler's variables in the model (a
+        ``CompoundStep`` moves them between draws), and no adapter that learns after
+        tuning. The trajectory is then compiled as a scan over draws (a block of one
+        during tuning), whatever ``draws_per_call`` is, so that any block length gives
+        the same draws.
+        """
+        tuning = self.tuning
+        return (
+            self.kernel.energy is None
+            and self.groups is None
+            and not self._buffers()
+            and not self._flat.shared
+            and not any(adapter.active(False) for adapter in tuning.learning)
+        )
+
     # -- parameters and what the step shows ---------------------------------------------
 
     @property
@@ -333,13 +364,20 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
 
     @property
     def sampling_state(self) -> StochasticGradientState:
-        """The chain's state, adapters included (PyMC's ``sampling_state`` protocol)."""
+        """The chain's state, adapters included (PyMC's ``sampling_state`` protocol).
+
+        Draws computed ahead are dropped first (and the generator goes back to before the
+        next one's randomness): the state is that of a chain of single draws.
+        """
+        self.chain.drop_block(self.rng)
         return ArrayStepShared.sampling_state.fget(self)
 
     @sampling_state.setter
     def sampling_state(self, state: StochasticGradientState) -> None:
         ArrayStepShared.sampling_state.fset(self, state)
         self.tuning.read_parameters()  # the adapters may own parameters, e.g. the mass
+        self.chain.drop_block(None)  # computed ahead from the state replaced
+        self._returned = None
 
     @property
     def schedule(self):
@@ -386,7 +424,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         return ChainParts(
             self.kernel, self._trajectory, self.correction, self.tuning, self.groups, start,
             self.refresh_every_trajectory, bool(self._flat.groups), type(self).__name__,
-            self.dim, self._dtype,
+            self.dim, self._dtype, self.draws_per_call,
         )  # fmt: skip
 
     def _reset_chain(self) -> None:
@@ -398,6 +436,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self._chain_parts(), estimator, self._n_rows, self._tune_iterations,
             self._draw_iterations,
         )  # fmt: skip
+        self._returned = None
         if self.groups is not None:
             self.groups.reset_chain()
         self.tuning.init_chain(self.chain.context(self.rng))
@@ -456,11 +495,26 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         return dict(zip(names, arguments, strict=True))
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
-        """Run one trajectory of ``n_steps`` kernel steps from ``q0`` (a chain's draw)."""
-        centring = self.non_centring
-        position = q0.data if centring is None else centring.to_sampled(q0.data)
-        position, stats = self.chain.advance(position, self.rng)
+        """Run one trajectory of ``n_steps`` kernel steps from ``q0`` (a chain's draw).
+
+        Where ``q0`` is the draw this step returned last, the chain goes on from its own
+        kept position (in the sampled coordinates, with no round trip through the model's),
+        and a block of draws computed ahead goes on being handed out.
+        """
+        centring, chain = self.non_centring, self.chain
+        returned = self._returned
+        continued = (
+            returned is not None
+            and chain.kernel_state is not None
+            and np.array_equal(q0.data, returned)
+        )
+        if continued:
+            position = chain.kernel_state.position
+        else:
+            position = q0.data if centring is None else centring.to_sampled(q0.data)
+        position, stats = chain.advance(position, self.rng, continued=continued)
         position = position if centring is None else centring.to_model(position)
+        self._returned = position.copy()
         return RaveledVars(position, q0.point_map_info), [stats]
 
     # -- gradient noise --------------------------------------------------------------

@@ -5,6 +5,8 @@
 its calls (:class:`~pymc_sgmcmc.sampling.trajectory.TrajectoryArguments`): it keeps the
 rarely changing inputs (the kernel's parameters, the anchor, the group weights) filled
 until one of them changes, and draws each call's randomness from the chain's generator.
+Where the step hands out draws in blocks (:attr:`StepTrajectory.blocks`), the function is
+a scan over draws and :meth:`StepTrajectory.run_block` makes several in one call.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class StepTrajectory:
         The gradient estimator's name.
     compile_kwargs : dict, optional
         Passed to PyTensor's compile.
+
+    Attributes
+    ----------
+    blocks : bool
+        Compile the trajectory as a scan over draws
+        (:func:`~pymc_sgmcmc.sampling.trajectory.over_draws`), for a step that hands out
+        draws in blocks. Set before the first compile; a block of one is then a draw.
     """
 
     def __init__(
@@ -75,6 +84,7 @@ class StepTrajectory:
         self.compile_kwargs = compile_kwargs
         self.dim = dim
         self.dtype = graph.position.dtype
+        self.blocks = False
         self._end_names = ["position", *(f"state.{name}" for name in kernel.resamples)]
         self._function: CompiledTrajectory | None = None
         self._arguments: TrajectoryArguments | None = None
@@ -90,7 +100,7 @@ class StepTrajectory:
                 self.kernel, self.graph, params, model=self.model, dim=self.dim,
                 n_steps=self.n_steps, minibatch=self.minibatch, grouped=self.grouped,
                 record_gradient=self.record_gradient, exact_logp=exact, gradient=self.gradient,
-                compile_kwargs=self.compile_kwargs,
+                compile_kwargs=self.compile_kwargs, blocks=self.blocks,
             )  # fmt: skip
         if self._arguments is None:
             self._arguments = TrajectoryArguments(
@@ -159,9 +169,27 @@ class StepTrajectory:
         chain's state at a position (for a correction that restarts).
         """
         arguments = self.arguments(params, position, state_fields, step_size, **draw)
-        function = self._function  # compiled by arguments(), once per step
-        outputs = function(*arguments)
-        at = function.index
+        outputs = self._function(*arguments)  # compiled by arguments(), once per step
+        return self.trajectory(params, position, outputs, step_size, fresh_state)
+
+    def run_block(self, draws: list[list[Any]]) -> list[np.ndarray]:
+        """Several trajectories in one call, each from the last one's end.
+
+        ``draws``: each draw's :meth:`arguments`, in order (the first one's position and
+        state start the block). Every output has a leading axis, one entry per draw.
+        """
+        return self._function.block(*self._arguments.stack(draws))
+
+    def trajectory(
+        self,
+        params: Any,
+        position: np.ndarray,
+        outputs: list[np.ndarray],
+        step_size: float,
+        fresh_state: Callable[[np.ndarray], Any],
+    ) -> Trajectory:
+        """A trajectory from ``position`` with these outputs, as the correction sees it."""
+        at = self._function.index
         end = self.kernel.state_type(*[outputs[at[name]] for name in self._end_names])
         gradient = outputs[at["gradient"]] if self.record_gradient else None
         return Trajectory(

@@ -9,6 +9,10 @@ per-iteration randomness (normal draws, minibatch rows) drawn by the step method
 Minibatch rows reach the steps in one of two ways, each a small class: fresh rows for
 every step (:class:`RowsPerStep`) or one set for the whole trajectory
 (:class:`RowsPerTrajectory`).
+
+Where a step may hand out draws in blocks (:func:`over_draws`), the compiled function is a
+scan over draws whose body is the trajectory: one call makes ``K`` draws, each from the
+previous one's end, with each draw's randomness stacked on a leading axis.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import clone_replace
 
 from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
@@ -219,12 +224,18 @@ class CompiledTrajectory:
     kernel with an energy, ``start.<field>`` (the state after ``refresh`` and
     ``prepare``), ``start_gradient``, ``energy_start``, ``energy_end``, ``logp_start``,
     ``logp_end`` (full-data log densities).
+
+    Where the function is a scan over draws (:attr:`over_draws`, :func:`over_draws`),
+    :meth:`block` runs ``K`` draws in one call; calling it with one draw's inputs runs a
+    block of one.
     """
 
     function: Callable
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     rows: Rows
+    over_draws: bool = False
+    """Whether :attr:`function` is a scan over draws (:func:`over_draws`)."""
     index: dict[str, int] = field(init=False)
     """Where each output is in the returned list, by name."""
     slots: dict[str, int] = field(init=False)
@@ -232,16 +243,33 @@ class CompiledTrajectory:
     row_shapes: list[tuple[int, ...]] = field(default_factory=list)
     """Shapes of the ``rows_<k>`` inputs (set by the step method, which knows the sizes)."""
 
+    stacked: tuple[bool, ...] = field(init=False)
+    """Per input: whether a block takes it with one entry per draw on a leading axis."""
+
     def __post_init__(self) -> None:
         self.index = {name: k for k, name in enumerate(self.output_names)}
         self.slots = {name: k for k, name in enumerate(self.input_names)}
+        self.stacked = tuple(self.over_draws and per_draw_input(n) for n in self.input_names)
 
     def __getstate__(self) -> dict:
         # Unpickled, the function is linked again, not compiled (None where it cannot be).
         return self.__dict__ | {"function": LinkedWhereUnpickled(self.function)}
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
-        """Run the trajectory; inputs and outputs in their names' order."""
+        """Run one trajectory; inputs and outputs in their names' order."""
+        if not self.over_draws:
+            return self.function(*inputs)
+        outputs = self.function(
+            *(np.asarray(x)[None] if s else x for x, s in zip(inputs, self.stacked, strict=True))
+        )
+        return [out[0] for out in outputs]
+
+    def block(self, *inputs: Any) -> list[np.ndarray]:
+        """Run ``K`` trajectories, each from the last one's end, in one call.
+
+        The inputs that :attr:`stacked` marks hold one entry per draw on a leading axis
+        of length ``K``; every output has that axis.
+        """
         return self.function(*inputs)
 
     def named(self, **inputs: Any) -> dict[str, np.ndarray]:
@@ -249,7 +277,7 @@ class CompiledTrajectory:
         missing = set(self.input_names) - set(inputs)
         if missing:
             raise TypeError(f"missing trajectory inputs: {sorted(missing)}")
-        outputs = self.function(*(inputs[name] for name in self.input_names))
+        outputs = self(*(inputs[name] for name in self.input_names))
         return dict(zip(self.output_names, outputs, strict=True))
 
 
@@ -450,19 +478,81 @@ def build_trajectory(
     return inputs, outputs
 
 
+def per_draw_input(name: str) -> bool:
+    """Whether a trajectory input is drawn afresh for every draw (the position aside)."""
+    return (name in PER_DRAW_INPUTS and name != "position") or name.startswith("rows_")
+
+
+def over_draws(
+    inputs: dict[str, Variable], outputs: dict[str, Variable]
+) -> tuple[dict[str, Variable], dict[str, Variable]]:
+    """The trajectory as the body of a scan over draws: ``K`` draws in one call.
+
+    Each draw starts from the previous one's end (``position`` and ``state.<field>``
+    carried), takes its own slice of every per-draw input (:func:`per_draw_input`, which
+    get a leading axis of length ``K``) and sees the other inputs whole. Every output gets
+    the leading axis. Inputs and outputs keep their names.
+
+    A Python loop of single-draw calls pays a compiled call, the argument handling and the
+    step method's bookkeeping at every draw; here those are paid once per block.
+    """
+    carried = ["position", *(name for name in inputs if name.startswith("state."))]
+    per_draw = [name for name in inputs if per_draw_input(name)]
+    constant = [name for name in inputs if name not in carried and name not in per_draw]
+    stacked = {
+        name: pt.tensor(name, shape=(None, *inputs[name].type.shape), dtype=inputs[name].dtype)
+        for name in per_draw
+    }
+    # A carried value of a static length (a model of one coordinate) would make the
+    # scans' recurrent types disagree once rewritten, which PyTensor refuses when it
+    # rebuilds them: the block's start has no static shape.
+    starts = {
+        name: pt.tensor(name, shape=(None,) * inputs[name].ndim, dtype=inputs[name].dtype)
+        for name in carried
+    }
+    others = [name for name in outputs if name not in carried]
+    body_inputs = [inputs[name] for name in (*per_draw, *carried, *constant)]
+
+    def body(*args: Variable) -> list[Variable]:
+        # scan order: slices of the sequences, carried state, non-sequences
+        replace = dict(zip(body_inputs, args, strict=True))
+        return clone_replace([outputs[name] for name in (*carried, *others)], replace=replace)
+
+    scanned = pytensor.scan(
+        body,
+        sequences=[stacked[name] for name in per_draw],
+        outputs_info=[*(starts[name] for name in carried), *[None] * len(others)],
+        non_sequences=[inputs[name] for name in constant],
+        return_updates=False,
+    )
+    if not isinstance(scanned, list | tuple):
+        scanned = [scanned]
+    by_name = dict(zip((*carried, *others), scanned, strict=True))
+    return (
+        {name: stacked.get(name, starts.get(name, var)) for name, var in inputs.items()},
+        {name: by_name[name] for name in outputs},
+    )
+
+
 def compile_trajectory(
     inputs: dict[str, Variable],
     outputs: dict[str, Variable],
     rows: Rows,
     compile_kwargs: dict | None = None,
+    *,
+    blocks: bool = False,
 ) -> CompiledTrajectory:
     """Compile the trajectory (:func:`~pymc_sgmcmc.core.compilation.compile_graph`).
 
     A step out of the support is then an ordinary rejected or divergent trajectory, as in
-    PyMC's own samplers. Call it inside the model's context.
+    PyMC's own samplers. Call it inside the model's context. ``blocks``: compile it as a
+    scan over draws (:func:`over_draws`).
     """
+    names = (tuple(inputs), tuple(outputs))
+    if blocks:
+        inputs, outputs = over_draws(inputs, outputs)
     fn = compile_graph(list(inputs.values()), list(outputs.values()), compile_kwargs)
-    return CompiledTrajectory(fn, tuple(inputs), tuple(outputs), rows)
+    return CompiledTrajectory(fn, *names, rows, over_draws=blocks)
 
 
 # -- one call's arguments, by name ---------------------------------------------------------
@@ -498,12 +588,14 @@ def compile_step_trajectory(
     exact_logp: Variable | None,
     gradient: str,
     compile_kwargs: dict | None,
+    blocks: bool = False,
 ) -> CompiledTrajectory:
     """A step method's trajectory, built (:func:`build_trajectory`) and compiled.
 
     ``grouped``: minibatches of whole groups (:class:`GroupRowsPerStep`); otherwise rows
     as ``minibatch`` says (:data:`ROWS`). ``model``: its context makes PyMC's compile
-    honour the model's ``check_bounds``; ``dim``: the position's size.
+    honour the model's ``check_bounds``; ``dim``: the position's size. ``blocks``: a scan
+    over draws (:func:`over_draws`).
     """
     rows = ROWS[minibatch](graph) if grouped is None else GroupRowsPerStep(grouped)
     zeros = np.zeros(dim, dtype=graph.position.dtype)
@@ -513,7 +605,7 @@ def compile_step_trajectory(
         gradient=gradient,
     )  # fmt: skip
     with model:
-        compiled = compile_trajectory(inputs, outputs, rows, compile_kwargs)
+        compiled = compile_trajectory(inputs, outputs, rows, compile_kwargs, blocks=blocks)
     if grouped is None:
         compiled.row_shapes = [rows.shape(n_steps, g.batch_size) for g in graph.groups]
     return compiled
@@ -570,6 +662,7 @@ class TrajectoryArguments:
         self.dtype = dtype
         self.unused_noise = np.zeros(dim, dtype=dtype)  # no refresh, no draw
         self.constants: list[Any] | None = None
+        self.stacked = [k for k, stacked in enumerate(compiled.stacked) if stacked]
 
     def set_constants(self, constants: dict[str, Any]) -> None:
         """Fill the rarely changing inputs; every input must be one of them or per call."""
@@ -627,6 +720,17 @@ class TrajectoryArguments:
         else:
             for k, rows in zip(self.rows, self.draw_rows(rng, n_rows), strict=True):
                 args[k] = rows
+        return args
+
+    def stack(self, draws: list[list[Any]]) -> list[Any]:
+        """A block's arguments from the :meth:`draw` of each of its draws, in order.
+
+        The first draw's position and state start the block; each per-draw input is
+        stacked on a leading axis.
+        """
+        args = draws[0].copy()
+        for k in self.stacked:
+            args[k] = np.stack([draw[k] for draw in draws])
         return args
 
     def draw_rows(self, rng: np.random.Generator, n_rows: list[int]) -> list[np.ndarray]:
