@@ -1,7 +1,9 @@
 """Blocks of draws: after tuning, several draws in one compiled call, the same draws.
 
-A step whose trajectory is a scan over draws computes up to ``draws_per_call`` draws per
-call after tuning and hands them to ``pm.sample`` one at a time. The randomness of each
+With ``draws_per_call > 1`` a step's trajectory is a scan over draws: after tuning it
+computes up to ``draws_per_call`` draws per call and hands them to ``pm.sample`` one at a
+time. ``draws_per_call=1`` compiles the single-draw trajectory, whose draws the blocks'
+equal bit for bit. The randomness of each
 draw comes from the chain's generator in the order single draws take it, so a seed gives
 the same draws whatever the block's length, through divergences and points moved from
 outside.
@@ -56,7 +58,7 @@ def test_blocks_give_the_draws_and_statistics_of_single_draws(model, case):
     for k in (1, 7, 20):
         with model:
             step = cls(draws_per_call=k, **QUIET, **options)
-        assert step.trajectory_function.over_draws
+        assert step.trajectory_function.over_draws == (k > 1)
         runs[k] = sample(step, model, draws=150, tune=50, chains=2)
     for k in (7, 20):
         np.testing.assert_array_equal(draws_of(runs[k], "theta"), draws_of(runs[1], "theta"))
@@ -66,7 +68,7 @@ def test_blocks_give_the_draws_and_statistics_of_single_draws(model, case):
 
 def test_a_chain_after_tuning_makes_its_draws_in_blocks_that_end_at_each_noise_probe(model):
     with model:
-        step = pmsg.SGHMC(**QUIET)
+        step = pmsg.SGHMC(draws_per_call=20, **QUIET)
     compiled = step.trajectory_function
     function, lengths = compiled.function, []
     at = compiled.slots["params.step_size"]
@@ -78,7 +80,7 @@ def test_a_chain_after_tuning_makes_its_draws_in_blocks_that_end_at_each_noise_p
     compiled.function = counted
     sample(step, model, draws=200, tune=40)
     # Tuning: one draw per call. After it a probe every 20 draws (from iteration 40)
-    # ends each block: ten blocks of the default 20.
+    # ends each block: ten blocks of 20.
     assert lengths == [1] * 40 + [20] * 10
     lengths.clear()
     step.draws_per_call = 7  # read when the next chain starts
@@ -132,7 +134,7 @@ def test_a_compound_step_makes_one_draw_per_call():
     with regression_model() as model:
         theta = model["theta"]
         pm.Normal("extra", 0.0, 1.0)
-        step = pmsg.SGHMC([theta], **QUIET)
+        step = pmsg.SGHMC([theta], draws_per_call=20, **QUIET)
     assert not step.blocks_possible()
     assert not step.trajectory_function.over_draws
 

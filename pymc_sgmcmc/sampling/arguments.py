@@ -92,7 +92,7 @@ def check_step_arguments(
     anchor_every: Any,
     mass: Any,
     mass_adapter: Any,
-    draws_per_call: Any = "auto",
+    draws_per_call: Any = 1,
 ) -> None:
     """The generic step's own arguments (the kernel's are checked where they are made)."""
     if not _positive_int(n_steps):
@@ -126,10 +126,10 @@ def check_step_arguments(
             f"anchor_every must be a positive integer (iterations between SVRG's anchor "
             f"moves), got {anchor_every!r}."
         )
-    if draws_per_call != "auto" and not _positive_int(draws_per_call):
+    if not _positive_int(draws_per_call):
         raise ValueError(
             f"draws_per_call must be a positive integer (draws computed in one compiled "
-            f"call after tuning) or 'auto', got {draws_per_call!r}."
+            f"call after tuning; 20 is a good choice), got {draws_per_call!r}."
         )
     if mass_adapter is not None and mass_adapter.needs_gradient and not kernel.gradient_at_end:
         raise TypeError(

@@ -59,9 +59,9 @@ COMMON_PARAMETERS_DOC = """
         seeds' choice, whose gradient noise is independent from step to step as the
         dynamics assume), or one set of rows for the whole trajectory ("trajectory").
         Without ``pm.Minibatch`` every gradient uses the full data.
-    draws_per_call : int or "auto", default "auto"
+    draws_per_call : int, default 1
         After tuning, the most draws computed in one compiled call (a scan over draws,
-        handed to ``pm.sample`` one at a time); "auto" is 20. A block also ends at each
+        handed to ``pm.sample`` one at a time), e.g. 20. A block also ends at each
         gradient-noise probe (every 20 draws) and SVRG anchor move. The draws do not
         depend on it: each one's randomness comes from the chain's generator in the
         order single draws take it. Without effect where blocks would be wrong (a kernel

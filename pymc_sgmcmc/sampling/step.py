@@ -57,9 +57,6 @@ from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
 
 _log = logging.getLogger("pymc_sgmcmc")
-DRAWS_PER_CALL = 20
-"""Draws per compiled call after tuning by default. A block also ends at each noise probe
-(every 20 draws after tuning, ``NOISE_PROBE_EVERY``), so a longer one would rarely run."""
 _PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """Warnings from set-up name the first line outside the package (the user's)."""
 
@@ -106,9 +103,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         Apply the kernel's ``refresh`` (fresh momentum) at the start of every trajectory.
     step_jitter : float
         Relative spread of the per-trajectory step size (0: none).
-    draws_per_call : int or "auto"
-        After tuning, draws computed in one compiled call where the step may
-        (:meth:`blocks_possible`); "auto" is :data:`DRAWS_PER_CALL`.
+    draws_per_call : int
+        After tuning, the most draws computed in one compiled call where the step may
+        (:meth:`blocks_possible`); 1 (the default) compiles no scan over draws.
     allow_missing_total_size, model, blocked, rng, initial_point, compile_kwargs
         As for every public sampler, and PyMC's step methods.
     """
@@ -159,7 +156,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         adapt_mass: bool = True,
         refresh_every_trajectory: bool = False,
         step_jitter: float = 0.0,
-        draws_per_call: int | str = "auto",
+        draws_per_call: int = 1,
         allow_missing_total_size: bool = False,
         model=None,
         blocked: bool = True,
@@ -179,7 +176,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             start=start, anchor_every=anchor_every, mass=mass, mass_adapter=mass_adapter,
             draws_per_call=draws_per_call,
         )  # fmt: skip
-        self.draws_per_call = DRAWS_PER_CALL if draws_per_call == "auto" else int(draws_per_call)
+        self.draws_per_call = int(draws_per_call)
         self.n_steps, self.minibatch, self.start = int(n_steps), minibatch, start
         self.refresh_every_trajectory = bool(refresh_every_trajectory)
         self.allow_missing_total_size = bool(allow_missing_total_size)
@@ -304,17 +301,19 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     def blocks_possible(self) -> bool:
         """Whether, after tuning, the step may compute several draws in one compiled call.
 
-        Where nothing between two draws needs Python but the bookkeeping: no Metropolis
+        Where the user asked for blocks (``draws_per_call > 1``) and nothing between two
+        draws needs Python but the bookkeeping: no Metropolis
         test (a kernel with an energy), no per-group moves, no chunk buffer (its refills
         would replace rows drawn ahead), no other sampler's variables in the model (a
         ``CompoundStep`` moves them between draws), and no adapter that learns after
         tuning. The trajectory is then compiled as a scan over draws (a block of one
-        during tuning), whatever ``draws_per_call`` is, so that any block length gives
-        the same draws.
+        during tuning); its draws equal those of the single-draw function bit for bit
+        (tested), so any block length gives the same draws.
         """
         tuning = self.tuning
         return (
-            self.kernel.energy is None
+            self.draws_per_call > 1
+            and self.kernel.energy is None
             and self.groups is None
             and not self._buffers()
             and not self._flat.shared
