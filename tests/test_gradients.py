@@ -429,3 +429,45 @@ def test_a_window_mean_near_the_anchor_leaves_it_without_a_pass():
     for iteration in range(ends[0]):
         plain.follow_tuning(near, iteration, np.float64)
     np.testing.assert_allclose(plain.anchor.position, near)
+
+
+def test_a_grouped_hessian_is_differenced_whole_in_one_pair_per_kind_of_parameter():
+    from pymc_sgmcmc.sampling.optimize import grouped_hessian_by_differences
+
+    # A hierarchy's shape: 2 globals coupled to everything, 30 groups of 2 locals each,
+    # locals coupled within their group and to the globals only; negative definite.
+    rng = np.random.default_rng(3)
+    n_groups, dim = 30, 2 + 60
+    locals_ = 2 + np.arange(60).reshape(n_groups, 2)
+    hessian = np.zeros((dim, dim))
+    hessian[:2, :] = 0.3 * rng.normal(size=(2, dim))
+    for block in locals_:
+        hessian[np.ix_(block, block)] = 0.3 * rng.normal(size=(2, 2))
+    hessian = hessian + hessian.T - 4.0 * np.eye(dim)
+    scale = rng.uniform(0.5, 2.0, dim)
+    position = rng.normal(size=dim)
+    calls = []
+
+    def gradient(x):
+        calls.append(1)
+        return hessian @ x
+
+    grouped = grouped_hessian_by_differences(gradient, position, scale, locals_)
+    assert len(calls) == 2 * (2 + 2)  # two locals per group, two globals
+    np.testing.assert_allclose(grouped.diagonal(), np.diag(hessian), rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(grouped.columns, hessian[:, :2], rtol=1e-8, atol=1e-8)
+    for j, block in enumerate(locals_):
+        np.testing.assert_allclose(grouped.blocks[j], hessian[np.ix_(block, block)], atol=1e-8)
+    assert np.all(np.linalg.eigvalsh(hessian) < 0) and grouped.negative_definite()
+    # Each diagonal entry still negative, the whole not: a global coupled too strongly.
+    saddle = hessian.copy()
+    saddle[0, 2:] = saddle[2:, 0] = 3.0
+    assert np.all(np.diag(saddle) < 0) and np.any(np.linalg.eigvalsh(saddle) > 0)
+    assert not grouped_hessian_by_differences(
+        lambda x: saddle @ x, position, scale, locals_
+    ).negative_definite()
+    # Locals of two groups that interact are not what the differences assume.
+    coupled = hessian.copy()
+    coupled[2, 4] = coupled[4, 2] = 1.0
+    wrong = grouped_hessian_by_differences(lambda x: coupled @ x, position, scale, locals_)
+    assert not np.allclose(wrong.diagonal(), np.diag(coupled), rtol=1e-3)

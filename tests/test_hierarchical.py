@@ -267,3 +267,25 @@ def test_the_control_variate_anchor_moves_from_the_mode_into_the_bulk_during_tun
             compute_convergence_checks=False,
         )  # fmt: skip
     np.testing.assert_array_equal(chosen.anchor.position, step.mode.position)
+
+
+def test_a_grouped_models_diagonal_curvature_is_exact():
+    """Above 200 coordinates the Laplace curvature is diagonal: one difference per kind
+    of local (no term reads two groups) and per global, not random probes."""
+    n_groups = 300
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 10, size=n_groups)
+    group = np.repeat(np.arange(n_groups), sizes)
+    y = rng.normal(0.0, GROUP_SD, n_groups)[group] + rng.normal(0.0, NOISE_SD, group.size)
+    with pm.Model():
+        group_mb, y_mb = pm.Minibatch(group, y, batch_size=100)
+        mu = pm.Normal("mu", 0.0, PRIOR_SD)
+        a = pm.Normal("a", mu, GROUP_SD, shape=n_groups)
+        pm.Normal("y", a[group_mb], NOISE_SD, observed=y_mb, total_size=y.size)
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    precision = np.concatenate(
+        [[1 / PRIOR_SD**2 + n_groups / GROUP_SD**2], 1 / GROUP_SD**2 + sizes / NOISE_SD**2]
+    )
+    assert step.mode.covariance.shape == (n_groups + 1,)
+    # Random probes (64 a round) would be ~1 % off here, from mu's coupling to every a_j.
+    np.testing.assert_allclose(step.mode.covariance, 1 / precision, rtol=1e-6)

@@ -129,6 +129,8 @@ def assemble(
         anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=step_jitter,
         grouping=None if whole_groups is None else whole_groups.grouping,
         centred_locals=centred_locals(whole_groups, vars, initial_point),
+        # a prior row by row: then no term reads two groups' locals
+        separable_locals=whole_groups is not None and whole_groups.local_move.per_group is not None,
         vars=vars, initial_point=initial_point, dtype=dtype,
         batch_sizes=[g.batch_size for g in graph.groups], n_rows=n_rows, n_steps=n_steps,
         mass_adapter=mass_adapter, mass_given=mass is not None or "metric" in (kernel_params or {}),

@@ -36,6 +36,7 @@ from pymc_sgmcmc.sampling.model_graph import flat_logp, row_logp
 from pymc_sgmcmc.sampling.optimize import (
     adam_ascent_step,
     adam_init,
+    grouped_hessian_by_differences,
     hessian_by_differences,
     hessian_diagonal_by_forward_differences,
     hessian_diagonal_by_probes,
@@ -314,8 +315,16 @@ def search_mode(
     gtol: float,
     progressbar: bool,
     rng: np.random.Generator,
+    local_positions: np.ndarray | None = None,
 ) -> ModeResult:
-    """:func:`find_mode` on a prepared :class:`ModeFinder`, from the flat point ``x0``."""
+    """:func:`find_mode` on a prepared :class:`ModeFinder`, from the flat point ``x0``.
+
+    ``local_positions`` (``(n_groups, r)``, a hierarchical model's local coordinates, as
+    :class:`~pymc_sgmcmc.gradients.grouped.GroupLayout` holds them): where given, no row
+    and no prior term reads the locals of two groups, and a diagonal curvature is
+    differenced one kind of local and one global at a time
+    (:func:`~pymc_sgmcmc.sampling.optimize.grouped_hessian_by_differences`).
+    """
     started = time.perf_counter()
     kind = _curvature_kind(curvature, x0.size)
     for name, value in (("adam_steps", adam_steps), ("maxiter", maxiter)):
@@ -374,7 +383,10 @@ def search_mode(
                 )
         if kind is not None:
             progress.add_task(f"Mode: {kind} curvature", total=None)
-            covariance = _laplace(finder, position, kind, rng, newton_hessian, hessian_at)
+            covariance = _laplace(
+                finder, position, kind, rng, newton_hessian, hessian_at,
+                local_positions=local_positions,
+            )  # fmt: skip
     mode = ModeResult(_unflatten(finder, position, point))
     mode.position = position
     mode.logp = logp
@@ -581,12 +593,16 @@ def _laplace(
     rng,
     near: np.ndarray | None = None,
     near_at: np.ndarray | None = None,
+    local_positions: np.ndarray | None = None,
 ) -> np.ndarray:
     """The Laplace covariance at ``position``.
 
     ``near`` is a Hessian close by, differenced at ``near_at``: its scale sets the
     differences, and a dense one taken within :data:`REUSED_HESSIAN_MAX_SDS` of
-    ``position`` is used as it is.
+    ``position`` is used as it is. ``local_positions``: a grouped model's locals (no term
+    reads two groups'), whose Hessian is differenced whole in ``r + G`` gradient pairs and
+    checked negative definite (:class:`~pymc_sgmcmc.sampling.optimize.GroupedHessian`);
+    random probes estimate the diagonal alone without them.
     """
     sd = None if near is None else _sd(near)
     if kind == "diagonal":
@@ -594,11 +610,27 @@ def _laplace(
         def gradient(x: np.ndarray) -> np.ndarray:
             return finder.full_pass(x)[1]
 
-        hessian = _at_sd_scale(
-            lambda scale: hessian_diagonal_by_probes(gradient, position, scale, 64, rng),
-            position,
-            sd,
-        )
+        if local_positions is not None:
+
+            def grouped(scale: np.ndarray):
+                return grouped_hessian_by_differences(gradient, position, scale, local_positions)
+
+            def diagonal(scale: np.ndarray) -> np.ndarray:
+                hessian = grouped(scale)
+                # The diagonal alone cannot show a point that is no mode (a centred
+                # funnel's neck, where the search stops on an unbounded density): the
+                # whole Hessian must be negative definite for a Laplace approximation.
+                if hessian.negative_definite():
+                    return hessian.diagonal()
+                return np.full_like(position, np.nan)
+
+            hessian = _at_sd_scale(diagonal, position, sd, lambda scale: grouped(scale).diagonal())
+        else:
+            hessian = _at_sd_scale(
+                lambda scale: hessian_diagonal_by_probes(gradient, position, scale, 64, rng),
+                position,
+                sd,
+            )
     elif _within(position, near_at, near):
         hessian = near
     else:

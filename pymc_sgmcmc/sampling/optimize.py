@@ -7,6 +7,7 @@ them minibatches and full-data passes is :func:`pymc_sgmcmc.find_mode`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -108,6 +109,99 @@ def hessian_diagonal_by_probes(
         hv = (gradient(position + shift) - gradient(position - shift)) / 2e-4
         total += v * hv / scale
     return total / n_probes
+
+
+@dataclass(frozen=True)
+class GroupedHessian:
+    """A hierarchical model's Hessian where no term reads the locals of two groups.
+
+    Such a Hessian has three parts: every global's column, each group's block of its own
+    locals, and zeros between two groups' locals. :func:`grouped_hessian_by_differences`
+    differences it in ``r + G`` gradient pairs (``r`` locals per group, ``G`` globals).
+
+    Attributes
+    ----------
+    local_positions : ndarray of int, shape (n_groups, r)
+        The flat coordinates of each group's locals.
+    global_positions : ndarray of int, shape (G,)
+        The other coordinates.
+    columns : ndarray, shape (D, G)
+        ``H[:, g]`` for each global ``g``.
+    blocks : ndarray, shape (n_groups, r, r)
+        ``H`` restricted to each group's locals.
+    """
+
+    local_positions: np.ndarray
+    global_positions: np.ndarray
+    columns: np.ndarray
+    blocks: np.ndarray
+
+    def diagonal(self) -> np.ndarray:
+        """``diag H``."""
+        diagonal = np.empty(self.columns.shape[0])
+        diagonal[self.global_positions] = self.columns[self.global_positions].diagonal()
+        diagonal[self.local_positions] = np.diagonal(self.blocks, axis1=1, axis2=2)
+        return diagonal
+
+    def negative_definite(self) -> bool:
+        """Whether ``−H`` is positive definite (and finite).
+
+        With ``A = −H``: each group's block ``A_jj``, then the globals' Schur complement
+        ``A_gg − Σ_j A_gj A_jj⁻¹ A_jg``, by Cholesky factors.
+        """
+        try:
+            blocks = -0.5 * (self.blocks + np.swapaxes(self.blocks, 1, 2))
+            np.linalg.cholesky(blocks)
+            coupling = -self.columns[self.local_positions]  # (n_groups, r, G)
+            schur = -self.columns[self.global_positions]
+            schur = 0.5 * (schur + schur.T)
+            if coupling.size:
+                solved = np.linalg.solve(blocks, coupling)
+                schur = schur - np.einsum("jrg,jrh->gh", coupling, solved)
+            if schur.size:
+                np.linalg.cholesky(schur)
+        except np.linalg.LinAlgError:
+            return False
+        return bool(np.all(np.isfinite(self.columns)) and np.all(np.isfinite(self.blocks)))
+
+
+def grouped_hessian_by_differences(
+    gradient: Callable[[np.ndarray], np.ndarray],
+    position: np.ndarray,
+    scale: np.ndarray,
+    local_positions: np.ndarray,
+) -> GroupedHessian:
+    """:class:`GroupedHessian` by central differences, one per kind of local and global.
+
+    Curtis, Powell and Reid, "On the estimation of sparse Jacobian matrices" (1974): the
+    coordinates of one colour share a difference when no two of them interact. Every
+    group's ``k``-th local is one colour (no term reads two groups), each global its own:
+    the difference along ``Σ_j h e_{j,k}`` gives each group's column ``k`` of its block,
+    and along ``h e_g`` the whole column ``g``. ``h = 1e-4 · scale``. Random probes
+    (:func:`hessian_diagonal_by_probes`) need many more gradients for an estimate of
+    the diagonal alone.
+    """
+    dim = position.size
+    local_positions = np.asarray(local_positions).reshape(local_positions.shape[0], -1)
+    is_local = np.zeros(dim, dtype=bool)
+    is_local[local_positions.ravel()] = True
+    global_positions = np.flatnonzero(~is_local)
+    steps = 1e-4 * np.asarray(scale, dtype=float)
+
+    def difference(coordinates: np.ndarray) -> np.ndarray:
+        shift = np.zeros(dim)
+        shift[coordinates] = steps[coordinates]
+        return (gradient(position + shift) - gradient(position - shift)) / 2
+
+    columns = np.empty((dim, global_positions.size))
+    for column, g in enumerate(global_positions):
+        columns[:, column] = difference(np.array([g])) / steps[g]
+    n_groups, r = local_positions.shape
+    blocks = np.empty((n_groups, r, r))
+    for k in range(r):
+        kth = local_positions[:, k]
+        blocks[:, :, k] = difference(kth)[local_positions] / steps[kth][:, None]
+    return GroupedHessian(local_positions, global_positions, columns, blocks)
 
 
 def laplace_covariance(hessian: np.ndarray) -> np.ndarray:

@@ -97,11 +97,14 @@ def start_mode(
     *,
     curvature: bool,
     centred_locals: tuple[str, ...],
+    local_positions: np.ndarray | None = None,
 ) -> ModeResult:
     """The mode (and, with ``curvature``, the Laplace covariance) before sampling.
 
     Where a grouped model's locals are sampled directly (``centred_locals``, their names)
     and the search fails, a :class:`CentredHierarchyError` names the funnel.
+    ``local_positions``: a grouped model's local coordinates where no term reads two
+    groups' locals (:func:`~pymc_sgmcmc.sampling.mode.search_mode`).
     """
     options = dict(options)
     options.setdefault("curvature", curvature)
@@ -119,7 +122,10 @@ def start_mode(
     if unknown:
         raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
     try:
-        return search_mode(finder, x0, point, rng=rng, **(MODE_SEARCH_DEFAULTS | options))
+        return search_mode(
+            finder, x0, point, rng=rng, local_positions=local_positions,
+            **(MODE_SEARCH_DEFAULTS | options),
+        )  # fmt: skip
     except ValueError as error:
         if not centred_locals:
             raise
@@ -201,6 +207,7 @@ def start_up(
     jitter: float,
     grouping: Grouping | None,
     centred_locals: tuple[str, ...],
+    separable_locals: bool,
     vars: list,
     initial_point: dict[str, np.ndarray],
     dtype: Any,
@@ -225,9 +232,11 @@ def start_up(
     automatic = isinstance(step_size, str)
     mode, rows_touched = None, 0
     if automatic or (gradient == "control_variates" and anchor is None):
+        separable = grouping is not None and separable_locals
         mode = start_mode(
             sampler, passes, vars, initial_point, dtype, mode_kwargs, curvature=automatic,
             centred_locals=centred_locals,
+            local_positions=grouping.layout.local_positions if separable else None,
         )  # fmt: skip
         rows_touched += mode.rows_touched
     before = passes.rows_touched
