@@ -459,6 +459,8 @@ def test_a_grouped_hessian_is_differenced_whole_in_one_pair_per_kind_of_paramete
     for j, block in enumerate(locals_):
         np.testing.assert_allclose(grouped.blocks[j], hessian[np.ix_(block, block)], atol=1e-8)
     assert np.all(np.linalg.eigvalsh(hessian) < 0) and grouped.negative_definite()
+    g = rng.normal(size=dim)
+    np.testing.assert_allclose(grouped.newton_step(g), -np.linalg.solve(hessian, g), atol=1e-9)
     # Each diagonal entry still negative, the whole not: a global coupled too strongly.
     saddle = hessian.copy()
     saddle[0, 2:] = saddle[2:, 0] = 3.0

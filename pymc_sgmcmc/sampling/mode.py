@@ -368,6 +368,16 @@ def search_mode(
                 position, logp, gradient, newton_hessian, hessian_at, done = _newton(
                     finder, position, logp, gradient, rng
                 )
+        if not done and local_positions is not None and x0.size > DENSE_CURVATURE_MAX_DIM:
+            # A grouped model: Newton steps with its whole Hessian, differenced in r + G
+            # gradient pairs and solved group by group. L-BFGS, whose curvature is learnt
+            # from its steps, ran out of iterations on groups of 1 to 3,000 rows.
+            progress.add_task("Mode: Newton steps with the grouped Hessian", total=None)
+            logp, gradient = finder.full_pass(position)
+            if np.isfinite(logp) and np.all(np.isfinite(gradient)):
+                position, logp, gradient, done = _grouped_newton(
+                    finder, position, logp, gradient, local_positions
+                )
         if not done:
             task = progress.add_task("Mode: L-BFGS on full-data passes", total=None)
             position, logp, gradient, result = _lbfgs(
@@ -395,8 +405,8 @@ def search_mode(
     # L-BFGS-B may end its line search at the rounding floor of the gradient with an
     # "ABNORMAL" message although the tolerance is met.
     mode.converged = (
-        bool(result.success and not newton_first)
-        or done
+        done
+        or bool(result.success and not newton_first)
         or bool(np.max(np.abs(gradient), initial=0.0) / total_rows <= gtol)
     )
     mode.message = "Newton steps on full-data passes converged" if done else str(result.message)
@@ -508,6 +518,45 @@ def _newton(finder, position, logp, gradient, rng, max_steps: int = 10):
         position, logp, gradient = position + step, new_logp, new_gradient
         fresh, previous = False, size
     return position, logp, gradient, hessian, hessian_at, False
+
+
+def _grouped_newton(finder, position, logp, gradient, local_positions, max_steps: int = 30):
+    """Newton steps with a grouped model's whole Hessian, each halved until it climbs.
+
+    The Hessian (:class:`~pymc_sgmcmc.sampling.optimize.GroupedHessian`) is differenced
+    afresh at each step (``2 (r + G)`` full-data gradients, at a thousandth of the last
+    sds) and must be negative definite. Returns the point, its density and gradient, and
+    whether the steps converged (the last below ``1e-9`` sd); a point where they do not
+    is left to L-BFGS.
+    """
+
+    def full_gradient(x: np.ndarray) -> np.ndarray:
+        return finder.full_pass(x)[1]
+
+    sd = None
+    for _ in range(max_steps):
+        scale = np.maximum(np.abs(position), 1.0) if sd is None else 1e-3 * sd / 1e-4
+        hessian = grouped_hessian_by_differences(full_gradient, position, scale, local_positions)
+        if not hessian.negative_definite():
+            break
+        sd = _sd(hessian.diagonal())
+        try:
+            step = hessian.newton_step(gradient)
+        except np.linalg.LinAlgError:
+            break
+        if not np.all(np.isfinite(step)):
+            break
+        if np.max(np.abs(step) / sd) < 1e-9:
+            return position, logp, gradient, True
+        for _ in range(20):
+            new_logp, new_gradient = finder.full_pass(position + step)
+            if np.isfinite(new_logp) and new_logp >= logp - 1e-9 * abs(logp):
+                break
+            step = step / 2
+        else:
+            break
+        position, logp, gradient = position + step, new_logp, new_gradient
+    return position, logp, gradient, False
 
 
 REUSED_HESSIAN_MAX_SDS = 0.01
