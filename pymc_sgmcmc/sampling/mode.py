@@ -375,9 +375,11 @@ def search_mode(
             progress.add_task("Mode: Newton steps with the grouped Hessian", total=None)
             logp, gradient = finder.full_pass(position)
             if np.isfinite(logp) and np.all(np.isfinite(gradient)):
-                position, logp, gradient, done = _grouped_newton(
+                position, logp, gradient, last_diagonal, done = _grouped_newton(
                     finder, position, logp, gradient, local_positions
                 )
+                if done:  # its last Hessian was differenced at the point returned
+                    newton_hessian, hessian_at = last_diagonal, position
         if not done:
             task = progress.add_task("Mode: L-BFGS on full-data passes", total=None)
             position, logp, gradient, result = _lbfgs(
@@ -525,9 +527,10 @@ def _grouped_newton(finder, position, logp, gradient, local_positions, max_steps
 
     The Hessian (:class:`~pymc_sgmcmc.sampling.optimize.GroupedHessian`) is differenced
     afresh at each step (``2 (r + G)`` full-data gradients, at a thousandth of the last
-    sds) and must be negative definite. Returns the point, its density and gradient, and
-    whether the steps converged (the last below ``1e-9`` sd); a point where they do not
-    is left to L-BFGS.
+    sds) and must be negative definite. Returns the point, its density and gradient, the
+    last Hessian's diagonal (None where the steps did not converge) and whether the
+    steps converged (the last below ``1e-9`` sd); a point where they do not is left to
+    L-BFGS.
     """
 
     def full_gradient(x: np.ndarray) -> np.ndarray:
@@ -547,7 +550,7 @@ def _grouped_newton(finder, position, logp, gradient, local_positions, max_steps
         if not np.all(np.isfinite(step)):
             break
         if np.max(np.abs(step) / sd) < 1e-9:
-            return position, logp, gradient, True
+            return position, logp, gradient, hessian.diagonal(), True
         for _ in range(20):
             new_logp, new_gradient = finder.full_pass(position + step)
             if np.isfinite(new_logp) and new_logp >= logp - 1e-9 * abs(logp):
@@ -556,7 +559,7 @@ def _grouped_newton(finder, position, logp, gradient, local_positions, max_steps
         else:
             break
         position, logp, gradient = position + step, new_logp, new_gradient
-    return position, logp, gradient, False
+    return position, logp, gradient, None, False
 
 
 REUSED_HESSIAN_MAX_SDS = 0.01
@@ -659,7 +662,11 @@ def _laplace(
         def gradient(x: np.ndarray) -> np.ndarray:
             return finder.full_pass(x)[1]
 
-        if local_positions is not None:
+        if local_positions is not None and near is not None and _within(position, near_at, near):
+            # The grouped Newton steps' last Hessian (its diagonal), taken at this point
+            # and negative definite there.
+            hessian = near
+        elif local_positions is not None:
 
             def grouped(scale: np.ndarray):
                 return grouped_hessian_by_differences(gradient, position, scale, local_positions)
