@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -143,21 +144,33 @@ class GroupedHessian:
         diagonal[self.local_positions] = np.diagonal(self.blocks, axis1=1, axis2=2)
         return diagonal
 
+    @cached_property
+    def _elimination(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The block elimination of ``A = −H``, computed once for both uses below.
+
+        Each group's block ``A_jj`` (symmetrised), the coupling ``A_jg``,
+        ``A_jj⁻¹ A_jg`` and the globals' Schur complement ``A_gg − Σ_j A_gj A_jj⁻¹ A_jg``.
+
+        Raises
+        ------
+        np.linalg.LinAlgError
+            Where a group's block is singular.
+        """
+        blocks = -0.5 * (self.blocks + np.swapaxes(self.blocks, 1, 2))
+        coupling = -self.columns[self.local_positions]  # (n_groups, r, G)
+        schur = -self.columns[self.global_positions]
+        schur = 0.5 * (schur + schur.T)
+        solved = np.linalg.solve(blocks, coupling) if coupling.size else np.zeros_like(coupling)
+        return blocks, coupling, solved, schur - np.einsum("jrg,jrh->gh", coupling, solved)
+
     def negative_definite(self) -> bool:
         """Whether ``−H`` is positive definite (and finite).
 
-        With ``A = −H``: each group's block ``A_jj``, then the globals' Schur complement
-        ``A_gg − Σ_j A_gj A_jj⁻¹ A_jg``, by Cholesky factors.
+        Each group's block, then the globals' Schur complement, by Cholesky factors.
         """
         try:
-            blocks = -0.5 * (self.blocks + np.swapaxes(self.blocks, 1, 2))
+            blocks, _, _, schur = self._elimination
             np.linalg.cholesky(blocks)
-            coupling = -self.columns[self.local_positions]  # (n_groups, r, G)
-            schur = -self.columns[self.global_positions]
-            schur = 0.5 * (schur + schur.T)
-            if coupling.size:
-                solved = np.linalg.solve(blocks, coupling)
-                schur = schur - np.einsum("jrg,jrh->gh", coupling, solved)
             if schur.size:
                 np.linalg.cholesky(schur)
         except np.linalg.LinAlgError:
@@ -175,24 +188,13 @@ class GroupedHessian:
         np.linalg.LinAlgError
             Where a block or the Schur complement is singular.
         """
-        blocks = -0.5 * (self.blocks + np.swapaxes(self.blocks, 1, 2))  # A = −H
-        coupling = -self.columns[self.local_positions]  # A between locals and globals
-        schur = -self.columns[self.global_positions]
-        schur = 0.5 * (schur + schur.T)
-        local_rhs = gradient[self.local_positions][..., None]
-        solved_rhs = np.linalg.solve(blocks, local_rhs)[..., 0]
-        global_rhs = gradient[self.global_positions]
-        if coupling.size:
-            solved = np.linalg.solve(blocks, coupling)
-            schur = schur - np.einsum("jrg,jrh->gh", coupling, solved)
-            global_rhs = global_rhs - np.einsum("jrg,jr->g", coupling, solved_rhs)
-        step = np.empty_like(gradient, dtype=float)
+        blocks, coupling, solved, schur = self._elimination
+        solved_rhs = np.linalg.solve(blocks, gradient[self.local_positions][..., None])[..., 0]
+        global_rhs = gradient[self.global_positions] - np.einsum("jrg,jr->g", coupling, solved_rhs)
         globals_step = np.linalg.solve(schur, global_rhs) if schur.size else global_rhs
+        step = np.empty_like(gradient, dtype=float)
         step[self.global_positions] = globals_step
-        if coupling.size:
-            step[self.local_positions] = solved_rhs - np.einsum("jrg,g->jr", solved, globals_step)
-        else:
-            step[self.local_positions] = solved_rhs
+        step[self.local_positions] = solved_rhs - np.einsum("jrg,g->jr", solved, globals_step)
         return step
 
 
