@@ -17,7 +17,9 @@ of magnitude and SGLD diverged, while whitened factors near 1 leave it where it 
 
 A stochastic-gradient chain with a small step can be strongly autocorrelated within a
 window, so each window's variance is shrunk toward the current one with its effective
-sample size as the weight (Stan shrinks toward a constant with the draw count).
+sample size as the weight (Stan shrinks toward a constant with the draw count): ArviZ's
+bulk ESS, computed over all coordinates at once
+(:func:`~pymc_sgmcmc.core.effective_sample_size.bulk_ess`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
-from arviz_stats.base import array_stats
 from pymc.step_methods.state import DataClassState, dataclass_state
 
 from pymc_sgmcmc.adaptation.base import Adapter, ChainContext, IterationResult
+from pymc_sgmcmc.core.effective_sample_size import bulk_ess
 from pymc_sgmcmc.metrics.euclidean import EuclideanMetric, metric_from_inverse
 
 PRIOR_WEIGHT = 5.0
@@ -156,7 +158,7 @@ class WindowedMass(Adapter):
             return frozenset()
         factor = covariance_factor(self.inverse)
         draws = whitened(draws, factor)
-        effective = array_stats.ess(draws[None], chain_axis=0, draw_axis=1, method="bulk")
+        effective = bulk_ess(draws)
         effective = np.clip(np.nan_to_num(effective, nan=1.0), 1.0, len(draws))
         # Shrunk toward 1: the current metric, in its own whitened coordinates.
         variance = shrunk_variance(draws.var(axis=0, ddof=1), effective, 1.0)

@@ -7,9 +7,16 @@ test with the reverse density (the fit at ``θ'``) keeps any target (Qi and Mink
 "Hessian-based Markov Chain Monte-Carlo Algorithms"; Girolami and Calderhead,
 "Riemann manifold Langevin and Hamiltonian Monte Carlo methods", the simplified
 manifold MALA with a unit step).
+
+The diagonal form moves many independent groups at once (each group's coordinates
+tested apart); the dense form (:func:`dense_newton_proposal`) moves a few coupled
+coordinates, e.g. a hierarchy's globals, with a fixed precision matrix.
 """
 
 from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import cho_solve, solve_triangular
 
 from pymc_sgmcmc.core.arrays import Array, namespace
 
@@ -31,3 +38,28 @@ def newton_log_density(
     log = namespace(curvature).log
     per_coordinate = 0.5 * log(curvature) - 0.5 * curvature * deviation**2
     return per_coordinate[groups].sum(axis=1)
+
+
+def dense_newton_proposal(
+    position: np.ndarray, gradient: np.ndarray, factor: np.ndarray, normal: np.ndarray
+) -> np.ndarray:
+    """``θ' = θ + A⁻¹g + L⁻ᵀξ``, ``ξ ~ N(0, I)``, for a precision ``A = LLᵀ`` (``factor``: ``L``).
+
+    The dense form of :func:`newton_proposal`: ``N(θ + A⁻¹g, A⁻¹)``, the maximum of the
+    quadratic fit ``−(θ' − θ)ᵀA(θ' − θ)/2 + gᵀ(θ' − θ)`` with its spread.
+    """
+    shift = cho_solve((factor, True), gradient)
+    return position + shift + solve_triangular(factor, normal, lower=True, trans="T")
+
+
+def dense_newton_log_density(
+    to: np.ndarray, start: np.ndarray, gradient: np.ndarray, factor: np.ndarray
+) -> float:
+    """``log q(to | start)`` of :func:`dense_newton_proposal`, ``gradient`` taken at ``start``.
+
+    ``−‖Lᵀ(to − start − A⁻¹g)‖²/2``: the normalising constant, ``log |L|`` and ``2π``,
+    is the same in both directions for a fixed ``A`` and cancels in a Hastings ratio.
+    """
+    deviation = to - start - cho_solve((factor, True), gradient)
+    whitened = factor.T @ deviation
+    return float(-0.5 * whitened @ whitened)

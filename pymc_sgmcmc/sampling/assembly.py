@@ -112,16 +112,18 @@ def assemble(
         minibatch=minibatch, sampler=sampler, learns_mass=learns_mass,
         compile_kwargs=compile_kwargs,
     )  # fmt: skip
-    whole_groups = None if found is None else WholeGroups(*found, compile_kwargs)
+    mode_kwargs = dict(mode_kwargs or {})
+    passes = ModeFinder(
+        model, vars, graph, n_rows, mode_kwargs.pop("chunk_rows", None), compile_kwargs
+    )
+    whole_groups = (
+        None if found is None else WholeGroups(*found, compile_kwargs, full_pass=passes.full_pass)
+    )
     if whole_groups is not None:
         # A group's parameters move about once per trajectory: a momentum refreshed
         # at every trajectory would never carry their gradient into their position
         # (measured: a random walk, intercepts 10 sds off). It persists instead.
         refresh_every_trajectory = False
-    mode_kwargs = dict(mode_kwargs or {})
-    passes = ModeFinder(
-        model, vars, graph, n_rows, mode_kwargs.pop("chunk_rows", None), compile_kwargs
-    )
     # The kernel's friction or diffusion: C of the gradient-noise ratio (else 1).
     damping = float(fixed[kernel.noise_damping]) if kernel.noise_damping else 1.0
     start = startup.start_up(

@@ -6,7 +6,8 @@ runs them inside a chain (docs/hierarchical.md). Protocol, in five lines:
 - ``inputs(dtype)``: the trajectory's group constants (weights ``J/K``, rows per group) by
   compiled input name; ``draw(rng, n_minibatches)``: one trajectory's rows, bounds, mask;
 - ``after_trajectory(position, rng, tune, iteration, inverse_mass)``: the exact moves after
-  a kept trajectory (every group's locals, then a non-centred hierarchy's globals);
+  a kept trajectory (every group's locals, the globals given them, then a non-centred
+  hierarchy's globals given its group vectors);
 - ``inflate(noise)`` and ``widen(...)``: the answers to a chain's first noise measurement
   (noisy globals slowed, more groups per step where noise caps the step);
 - its chain state (``sampling_state``) is reset by ``reset_chain()``.
@@ -23,6 +24,11 @@ from pymc.step_methods.state import DataClassState, WithSamplingState, dataclass
 from pymc_sgmcmc.adaptation.step_size import noise_limited_step_size
 from pymc_sgmcmc.gradients.estimators import Grouping, NoiseMonitor
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
+from pymc_sgmcmc.sampling.global_updates import (
+    ExactGlobalMove,
+    averaged_precision,
+    precision_factor,
+)
 from pymc_sgmcmc.sampling.groups import GroupLogDensities, LocationScaleHierarchy
 from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scales
 from pymc_sgmcmc.sampling.local_updates import (
@@ -42,6 +48,8 @@ class WholeGroupsState(DataClassState):
     interweaving_log_scales: Any
     local_step_size: Any
     local_curvature: Any
+    global_precision: Any
+    global_fits: int
     noise_inflation: Any
 
 
@@ -77,8 +85,9 @@ class WholeGroups(WithSamplingState):
     """Minibatches of whole groups and the exact moves of a hierarchical model's step.
 
     After each trajectory, every group's locals get an exact, Metropolis-corrected move
-    given the rest and a non-centred hierarchy's globals are redrawn given its group
-    vectors: without them, locals and scale had ESS 3-15 in 4,000 draws
+    given the rest, then the globals given the locals (where the locals' move reads every
+    row: ``full_pass`` given), and a non-centred hierarchy's globals are redrawn given its
+    group vectors: without them, locals and scale had ESS 3-15 in 4,000 draws
     (docs/hierarchical.md).
 
     Parameters
@@ -94,6 +103,9 @@ class WholeGroups(WithSamplingState):
         Each group's conditional log density, where the locals' prior is row by row.
     compile_kwargs : dict, optional
         Passed to ``pytensor.function``.
+    full_pass : callable, optional
+        ``position -> (log p, ∇log p)`` on all rows, for the globals' exact move (only
+        with ``per_group``: a move of every group reads every row anyway).
     """
 
     _state_class = WholeGroupsState
@@ -105,9 +117,13 @@ class WholeGroups(WithSamplingState):
         hierarchy: LocationScaleHierarchy | None,
         per_group: GroupLogDensities | None,
         compile_kwargs: dict | None,
+        full_pass: Any = None,
     ) -> None:
         self.grouped, self.grouping = grouped, grouping
         self.local_move = ExactLocalMove(grouped, grouping.layout, per_group, compile_kwargs)
+        self.global_move = None
+        if per_group is not None and full_pass is not None:
+            self.global_move = ExactGlobalMove(full_pass, np.flatnonzero(~grouping.layout.is_local))
         self.interweaving = (
             InterweavingMove(grouped.position, grouped.prior, hierarchy, compile_kwargs)
             if hierarchy is not None
@@ -122,6 +138,8 @@ class WholeGroups(WithSamplingState):
         self.interweaving_log_scales = None  # set where the chain starts
         self.local_step_size = local_step_size_adapter()
         self.local_curvature = None  # averaged over the tuning draws
+        self.global_precision = None  # fitted where the chain starts, averaged in tuning
+        self.global_fits = 0
         self.noise_inflation = None  # set from the first noise measurement
 
     @property
@@ -164,6 +182,8 @@ class WholeGroups(WithSamplingState):
     ) -> np.ndarray:
         """The exact moves after a kept trajectory: locals, then the globals given them."""
         position = self._update_locals(position, rng, tune, iteration, inverse_mass)
+        if self.global_move is not None:
+            position = self._update_globals(position, rng, tune, iteration, inverse_mass)
         if self.interweaving is not None:
             position = self._interweave(position, rng, tune, iteration)
         return position
@@ -202,6 +222,29 @@ class WholeGroups(WithSamplingState):
                     self.local_curvature, result.curvature, moved
                 )
         return position
+
+    def _update_globals(
+        self, position: np.ndarray, rng, tune: bool, iteration: int, inverse_mass: np.ndarray
+    ) -> np.ndarray:
+        """Move the globals given the locals by a dense Newton proposal and its test.
+
+        The precision is differenced where the chain starts and every
+        :meth:`~pymc_sgmcmc.sampling.global_updates.ExactGlobalMove.fit_every` tuning
+        draws, averaged, then frozen for the kept draws. Where it is not positive definite
+        the globals are left to the kernel until the next fit.
+        """
+        move = self.global_move
+        first = self.global_fits == 0
+        if first or (tune and iteration % move.fit_every() == 0):
+            self.global_fits += 1
+            scale = np.sqrt(np.asarray(inverse_mass, dtype=float)[move.global_positions])
+            fitted = move.fitted_precision(position, scale)
+            if fitted is not None:
+                self.global_precision = averaged_precision(self.global_precision, fitted)
+        factor = precision_factor(self.global_precision)
+        if factor is None:
+            return position
+        return move.move(position, factor, rng).position
 
     def _interweave(self, position: np.ndarray, rng, tune: bool, iteration: int) -> np.ndarray:
         """Redraw a non-centred hierarchy's globals given its group vectors."""
