@@ -75,6 +75,22 @@ def log_prior(mu, tau):
     return -0.5 * (mu / MU_SD) ** 2 - 0.5 * (tau / TAU_SCALE) ** 2
 
 
+def conditional_moments_given(a):
+    """Mean and sd of ``mu`` and of ``tau`` given every intercept ``a``, on the grid.
+
+    ``p(mu, tau | a) ∝ p(mu) p(tau) Π N(a_j | mu, tau)``: the data enter only through ``a``.
+    """
+    _, _, weights = grid_weights(
+        lambda mu, tau: (
+            log_prior(mu, tau)
+            - 0.5 * (((a - mu[..., None]) / tau[..., None]) ** 2).sum(-1)
+            - N_GROUPS * np.log(tau)
+        )
+    )
+    mu_grid, tau_grid, _ = grid_weights(lambda mu, tau: 0 * mu * tau)
+    return [moments(weights, grid) for grid in (mu_grid + 0 * tau_grid, tau_grid + 0 * mu_grid)]
+
+
 @pytest.fixture(scope="module")
 def exact_posterior(data):
     """Means and sds of ``mu``, ``tau`` and the intercepts (the module's docstring)."""
@@ -161,17 +177,8 @@ def interweaving_errors(data, n_moves=4000):
     position = flat_point(step, mu=0.4, tau_log__=np.log(0.5), z=z)
     a = 0.4 + 0.5 * z
     draws, intercepts = run_interweaving(step, position, n_moves, seed=1)
-    _, _, weights = grid_weights(
-        lambda mu, tau: (
-            log_prior(mu, tau)
-            - 0.5 * (((a - mu[..., None]) / tau[..., None]) ** 2).sum(-1)
-            - N_GROUPS * np.log(tau)
-        )
-    )
-    mu_grid, tau_grid, _ = grid_weights(lambda mu, tau: 0 * mu * tau)
     errors = []
-    for k, grid in enumerate((mu_grid + 0 * tau_grid, tau_grid + 0 * mu_grid)):
-        mean, _ = moments(weights, grid)
+    for k, (mean, _) in enumerate(conditional_moments_given(a)):
         mcse = draws[:, k].std() / np.sqrt(az.ess(draws[:, k].reshape(1, -1)))
         errors.append(abs(draws[:, k].mean() - mean) / mcse)
     return np.array(errors), float(np.abs(intercepts - a).max())
@@ -293,19 +300,8 @@ def global_move_errors(data, n_moves=4000, precision_factor=0.7):
         assert np.array_equal(point["a"], a)
         draws.append((point["mu"][0], np.exp(point["tau_log__"][0]), point["beta"][0]))
     draws = np.array(draws)
-    _, _, weights = grid_weights(
-        lambda mu, tau: (
-            log_prior(mu, tau)
-            - 0.5 * (((a - mu[..., None]) / tau[..., None]) ** 2).sum(-1)
-            - N_GROUPS * np.log(tau)
-        )
-    )
-    mu_grid, tau_grid, _ = grid_weights(lambda mu, tau: 0 * mu * tau)
-    means, sds = [], []
-    for grid in (mu_grid + 0 * tau_grid, tau_grid + 0 * mu_grid):
-        mean, sd = moments(weights, grid)
-        means.append(mean)
-        sds.append(sd)
+    (mu_mean, mu_sd), (tau_mean, tau_sd) = conditional_moments_given(a)
+    means, sds = [mu_mean, tau_mean], [mu_sd, tau_sd]
     beta_precision = 1 / BETA_SD**2 + (x**2).sum() / NOISE_SD**2
     means.append((x * (y - a[group])).sum() / NOISE_SD**2 / beta_precision)
     sds.append(beta_precision**-0.5)
