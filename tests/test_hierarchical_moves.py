@@ -23,7 +23,7 @@ from scipy.special import logsumexp
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.dynamics import interweaving
-from pymc_sgmcmc.sampling import global_updates
+from pymc_sgmcmc.sampling import global_updates, local_updates
 from pymc_sgmcmc.sampling import interweaving as sampling_interweaving
 from pymc_sgmcmc.sampling.groups import GroupLogDensities
 from pymc_sgmcmc.sampling.interweaving import adapted_log_scales
@@ -204,11 +204,13 @@ def test_interweaving_without_the_jacobian_is_caught(data, monkeypatch):
     assert errors.max() > 10.0, errors
 
 
-def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000):
+def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000, whole_sweep=False):
     """The local move alone, 10 of the 40 groups each time, globals held: z's errors.
 
     ``fixed_curvature``: the Newton proposal with a given curvature, 0.7 times each
     conditional's precision (a proposal that does not match must still be exact).
+    ``whole_sweep``: every group at each move, in the step's own chunks (several, each
+    reading its rows in place), as a step's sweep moves them.
     """
     group, y = data
     step = quiet_step(model_of(group, y))
@@ -231,8 +233,12 @@ def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000)
         curvature[z_at] = 0.7 / variance
     draws = []
     for _ in range(n_moves):
-        groups = rng.permutation(N_GROUPS)[:10]
-        position = move.move(position, groups, inv_mass, 0.3, rng, curvature).position
+        if whole_sweep:
+            for chunk in move.sweep_chunks():
+                position = move.newton_move(position, chunk, rng, curvature).position
+        else:
+            groups = rng.permutation(N_GROUPS)[:10]
+            position = move.move(position, groups, inv_mass, 0.3, rng, curvature).position
         draws.append(position[z_at])
     draws = np.array(draws)
     z_mean, z_variance = standard_errors(draws, mean, np.sqrt(variance))
@@ -248,6 +254,52 @@ def test_the_local_move_draws_the_locals_given_the_globals(data, per_group, fixe
     worst_mean, worst_variance = local_move_errors(data, per_group, fixed_curvature)
     # 4.5 standard errors over 40 coordinates: a false alarm has probability < 3e-4.
     assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
+
+
+def test_the_sweep_in_chunks_read_in_place_draws_the_locals_given_the_globals(data, monkeypatch):
+    # Chunks of about 100 rows: several compiled calls, each reading a slice of the data.
+    monkeypatch.setattr(local_updates, "ROWS_PER_CALL", 100)
+    worst_mean, worst_variance = local_move_errors(data, n_moves=3000, whole_sweep=True)
+    assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
+
+
+def sweep_of(group, y):
+    """A step's sweep chunks on the data in the given row order."""
+    return quiet_step(model_of(group, y)).groups.local_move
+
+
+def test_rows_sorted_by_group_are_read_in_place_and_give_the_same_move(data, monkeypatch):
+    monkeypatch.setattr(local_updates, "ROWS_PER_CALL", 100)
+    group, y = data
+    sizes = np.bincount(group)
+    rng = np.random.default_rng(3)
+    # The groups' blocks in another order than their index: still consecutive rows.
+    order = rng.permutation(N_GROUPS)
+    blocks = np.concatenate([np.flatnonzero(group == j) for j in order])
+    shuffled = rng.permutation(group.size)
+    for rows, in_place in ((np.arange(group.size), True), (blocks, True), (shuffled, False)):
+        move = sweep_of(group[rows], y[rows])
+        chunks = move.sweep_chunks()
+        assert len(chunks) >= 3
+        assert np.array_equal(np.sort(np.concatenate([c.groups for c in chunks])), np.arange(40))
+        assert all(isinstance(c.rows, slice) == in_place for c in chunks)
+        read = np.concatenate(
+            [np.arange(c.rows.start, c.rows.stop) if in_place else c.rows for c in chunks]
+        )
+        assert np.array_equal(np.sort(read), np.arange(group.size))
+    # The same chunk read in place and gathered: the same move, from the same numbers.
+    move = sweep_of(group[blocks], y[blocks])
+    chunk = move.sweep_chunks()[1]
+    gathered = chunk._replace(rows=np.arange(chunk.rows.start, chunk.rows.stop))
+    position = np.random.default_rng(4).normal(size=move.layout.dim)
+    curvature = np.full(position.size, 2.0)
+    for fixed in (None, curvature):
+        a = move.newton_move(position, chunk, np.random.default_rng(5), fixed)
+        b = move.newton_move(position, gathered, np.random.default_rng(5), fixed)
+        np.testing.assert_allclose(a.position, b.position, rtol=1e-13, atol=1e-13)
+        assert a.accept == pytest.approx(b.accept, rel=1e-12)
+        assert not np.array_equal(a.position, position)
+        assert sizes[chunk.groups].sum() == chunk.rows.stop - chunk.rows.start
 
 
 def test_a_local_move_with_pymcs_minibatch_scaling_is_caught(data, monkeypatch):
@@ -413,6 +465,45 @@ def test_a_centred_hierarchy_is_sampled_non_centred_where_its_prior_dominates(
         # The trace still holds the user's intercepts, mapped back from the twin's.
         z = np.random.default_rng(0).normal(size=step.dim)
         assert np.allclose(step.non_centring.to_sampled(step.non_centring.to_model(z)), z)
+
+
+def weak_logistic_groups(n_groups=200, mean_rows=100, seed=3):
+    """Centred logistic intercepts, lognormal group sizes (log-sd 2): many weak groups."""
+    rng = np.random.default_rng(seed)
+    intercepts = rng.normal(-1.0, 1.0, size=n_groups)
+    log_mean = np.log(mean_rows) - 2.0
+    sizes = np.ceil(np.random.default_rng(seed + 2).lognormal(log_mean, 2.0, size=n_groups))
+    group = np.repeat(np.arange(n_groups), sizes.astype(int))
+    x = rng.normal(size=group.size)
+    logit = intercepts[group] + 0.5 * x
+    y = (rng.uniform(size=group.size) < 1 / (1 + np.exp(-logit))).astype(float)
+    with pm.Model() as model:
+        group_mb, x_mb, y_mb = pm.Minibatch(group, x, y, batch_size=200)
+        mu = pm.Normal("mu", 0.0, 5.0)
+        sigma = pm.HalfNormal("sigma", 2.0)
+        a = pm.Normal("a", mu, sigma, shape=n_groups)
+        b = pm.Normal("b", 0.0, 2.0)
+        pm.Bernoulli("y", logit_p=a[group_mb] + b * x_mb, observed=y_mb, total_size=y.size)
+    return model
+
+
+def test_a_twin_chosen_at_the_centred_mode_takes_that_mode_as_its_own(caplog):
+    # The centred mode exists, but its prior gives more than half of the locals'
+    # precision: the twin is sampled. Its own joint mode is no guide (on 2,000 such groups
+    # a group scale of 13.4 against a posterior of 1.0, after 1,108 passes' worth of
+    # rows); the centred mode, mapped, is taken instead, with its curvature alone.
+    model = weak_logistic_groups()
+    with caplog.at_level("INFO", logger="pymc_sgmcmc"):
+        step = quiet_step(model, mode_kwargs={"progressbar": False})
+    assert step.non_centring is not None
+    assert "has its mode where the prior gives" in caplog.text
+    assert step.mode.message == "the start taken as the mode (search=False)"
+    assert step.mode.covariance is not None and np.all(step.mode.covariance > 0)
+    # The centred mode found again by find_mode (L-BFGS, where the step took grouped
+    # Newton steps): the two searches agree to ~1e-5.
+    centred = pmsg.find_mode(model=model, progressbar=False)
+    flat = np.concatenate([np.ravel(centred[v.name]) for v in model.continuous_value_vars])
+    np.testing.assert_allclose(step.non_centring.to_model(step.mode.position), flat, atol=1e-4)
 
 
 def test_a_centred_hierarchy_that_cannot_be_non_centred_is_told_to_write_it_so():

@@ -350,13 +350,16 @@ class GroupLogDensities:
     def __call__(
         self,
         x: Variable,
-        rows: Variable,
+        rows: Variable | slice,
         segments: Variable,
         groups: Variable,
         local_x: Variable | None = None,
     ) -> Variable:
         """``log p_j(x)`` of each of ``groups`` (``rows``: theirs, ``segments``: whose).
 
+        ``rows`` is a vector of row indices, or a ``slice`` where the groups' rows are
+        consecutive in the data: the data are then read in place, not gathered (a gather
+        was about a third of a sweep's time on 2,000 groups of 100 rows).
         With ``local_x``, the locals are read from it and everything else from ``x``: two
         calls with the same ``x`` then share the globals' part of the graph (in a
         regression, ``X w`` is computed once for both).
@@ -375,15 +378,16 @@ class GroupLogDensities:
             )
         )[groups]
         terms = [substituted(term, replace | batch) for term in self.likelihood]
-        per_row = pt.add(*(term.reshape((rows.shape[0], -1)).sum(1) for term in terms))
+        n_rows = segments.shape[0]
+        per_row = pt.add(*(term.reshape((n_rows, -1)).sum(1) for term in terms))
         likelihood = pt.inc_subtensor(
-            pt.zeros_like(prior)[segments], self.row_weight(rows, x.dtype) * per_row
+            pt.zeros_like(prior)[segments], self.row_weight(n_rows, x.dtype) * per_row
         )
         return prior + likelihood
 
-    def row_weight(self, rows: Variable, dtype: str) -> Variable:
+    def row_weight(self, n_rows: Variable, dtype: str) -> Variable:
         """``n/N``, which undoes PyMC's ``N/n`` on a minibatch's terms: each row once."""
-        return pt.cast(rows.shape[0], dtype) / pt.cast(self.data[0].shape[0], dtype)
+        return pt.cast(n_rows, dtype) / pt.cast(self.data[0].shape[0], dtype)
 
 
 def group_log_densities(

@@ -25,7 +25,7 @@ because no other row reads them.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytensor
@@ -77,6 +77,39 @@ INITIAL_STEP_SIZE = 0.5
 def local_step_size_adapter() -> DualAverageAdaptation:
     """A fresh dual averaging of the local move's step size (PyMC's NUTS constants)."""
     return DualAverageAdaptation(INITIAL_STEP_SIZE, TARGET_ACCEPT, 0.05, 0.75, 10)
+
+
+class SweepChunk(NamedTuple):
+    """The groups of one compiled call of the per-group move, their rows and coordinates.
+
+    ``rows`` is a ``slice`` where the groups' rows are consecutive in the data (read in
+    place), else their indices (gathered at each call); ``segments``: each row's place
+    among ``groups``; ``coordinates``: ``(len(groups), r)`` flat positions of their locals.
+    """
+
+    groups: np.ndarray
+    rows: np.ndarray | slice
+    segments: np.ndarray
+    coordinates: np.ndarray
+
+
+def sweep_chunk(layout: GroupLayout, groups: np.ndarray) -> SweepChunk:
+    """:class:`SweepChunk` of ``groups``, their rows as a ``slice`` where consecutive."""
+    rows, segments = layout.rows_of(groups)
+    if rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+        rows = slice(int(rows[0]), int(rows[0]) + rows.size)
+    return SweepChunk(groups, rows, segments.astype(np.int64), layout.local_positions[groups])
+
+
+def groups_in_row_order(layout: GroupLayout) -> np.ndarray:
+    """Every group, ordered by its first row (groups without rows last).
+
+    Where each group's rows are consecutive (data sorted by group, in any order of the
+    groups), consecutive groups in this order have consecutive rows.
+    """
+    first = np.full(layout.n_groups, layout.n_rows, dtype=np.int64)
+    np.minimum.at(first, layout.codes, np.arange(layout.n_rows, dtype=np.int64))
+    return np.argsort(first, kind="stable")
 
 
 class LocalMoveResult(NamedTuple):
@@ -137,10 +170,26 @@ class ExactLocalMove:
     ) -> None:
         self.grouped, self.layout, self.per_group = grouped, layout, per_group
         self.compile_kwargs = compile_kwargs
-        self._function = self._newton = self._newton_fixed = None
+        self._function = None
+        # By whether the rows are read in place (a slice) or gathered.
+        self._newton: dict[bool, Any] = {}
+        self._newton_fixed: dict[bool, Any] = {}
+        self._sweep_chunks: list[SweepChunk] | None = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_function": None, "_newton": None, "_newton_fixed": None}
+        return {**self.__dict__, "_function": None, "_newton": {}, "_newton_fixed": {}}
+
+    def sweep_chunks(self) -> list[SweepChunk]:
+        """Every group once, in chunks of about :data:`ROWS_PER_CALL` rows, fixed per step.
+
+        Given the globals the groups are independent, so the order in which they are
+        updated does not matter: they are taken in the order of their rows, so that data
+        sorted by group are read in place, and the chunks' rows are found once.
+        """
+        if self._sweep_chunks is None:
+            order = groups_in_row_order(self.layout)
+            self._sweep_chunks = [sweep_chunk(self.layout, c) for c in self.chunks(order)]
+        return self._sweep_chunks
 
     def chunks(self, groups: np.ndarray) -> list[np.ndarray]:
         """``groups`` in consecutive chunks of about :data:`ROWS_PER_CALL` rows (< 2x)."""
@@ -148,7 +197,7 @@ class ExactLocalMove:
         bounds = np.searchsorted(rows, np.arange(ROWS_PER_CALL, rows[-1], ROWS_PER_CALL))
         return [c for c in np.split(groups, np.unique(bounds)) if c.size]
 
-    def _compile_newton(self) -> None:
+    def _compile_newton(self, in_place: bool) -> None:
         """The per-group Newton proposal and its log acceptance ratio, compiled twice.
 
         ``_newton``: with each group's curvature fitted where it stands and where it
@@ -157,11 +206,17 @@ class ExactLocalMove:
         of 2,000 groups of 100 rows took 28.8 ms instead of 40 ms). Both work on the
         moving groups' locals alone (``(M, r)`` of them, flattened), so that the gradient
         is taken with respect to them only: the globals' part of it (``Xᵀr`` in a
-        regression) was about a tenth of the sweep.
+        regression) was about a tenth of the sweep. ``in_place``: the rows are a slice
+        (inputs ``first`` and ``stop``), else a vector of indices (input ``rows``).
         """
         x = self.grouped.position
         dtype = x.dtype
-        rows = pt.vector("rows", dtype="int64")
+        if in_place:
+            first, stop = pt.scalar("first", dtype="int64"), pt.scalar("stop", dtype="int64")
+            rows, row_inputs = slice(first, stop), [first, stop]
+        else:
+            rows = pt.vector("rows", dtype="int64")
+            row_inputs = [rows]
         segments = pt.vector("segments", dtype="int64")
         groups = pt.vector("groups", dtype="int64")
         normal = pt.vector("normal", dtype=dtype)
@@ -215,11 +270,11 @@ class ExactLocalMove:
             curvature = pt.set_subtensor(pt.ones_like(x)[coordinates], here[2])
             return proposal, log_ratio, curvature
 
-        inputs = [x, rows, segments, groups, normal]
-        self._newton = compile_graph(
+        inputs = [x, *row_inputs, segments, groups, normal]
+        self._newton[in_place] = compile_graph(
             inputs, list(proposal_and_ratio(local_fit)), self.compile_kwargs
         )
-        self._newton_fixed = compile_graph(
+        self._newton_fixed[in_place] = compile_graph(
             [*inputs, fixed], list(proposal_and_ratio(fixed_fit)[:2]), self.compile_kwargs
         )
 
@@ -267,10 +322,10 @@ class ExactLocalMove:
         tuning) replaces the one fitted at each point; ``inv_mass`` and ``step_size``
         are the Hamiltonian move's.
         """
-        rows, segments = self.layout.rows_of(groups)
-        coordinates = self.layout.local_positions[groups]
         if self.per_group is not None:
-            return self._newton_move(position, groups, rows, segments, coordinates, rng, curvature)
+            return self.newton_move(position, sweep_chunk(self.layout, groups), rng, curvature)
+        rows, _ = self.layout.rows_of(groups)
+        coordinates = self.layout.local_positions[groups]
         if self._function is None:
             self._compile()
         dtype = position.dtype
@@ -292,23 +347,37 @@ class ExactLocalMove:
             kept[coordinates.ravel()] = end[coordinates.ravel()]
         return LocalMoveResult(kept, float(np.exp(log_accept)), None)
 
-    def _newton_move(self, position, groups, rows, segments, coordinates, rng, curvature):
-        if self._newton is None:
-            self._compile_newton()
+    def newton_move(
+        self,
+        position: np.ndarray,
+        chunk: SweepChunk,
+        rng: np.random.Generator,
+        curvature: np.ndarray | None = None,
+    ) -> LocalMoveResult:
+        """The per-group Newton move of ``chunk``'s groups, each with its own test.
+
+        ``curvature`` (each coordinate's, e.g. averaged over tuning) replaces the one
+        fitted at each point.
+        """
+        in_place = isinstance(chunk.rows, slice)
+        if in_place not in self._newton:
+            self._compile_newton(in_place)
         normal = rng.standard_normal(position.size).astype(position.dtype)
-        arguments = [
-            position, rows.astype(np.int64), segments.astype(np.int64),
-            groups.astype(np.int64), normal,
-        ]  # fmt: skip
+        if in_place:
+            rows = [np.asarray(chunk.rows.start, np.int64), np.asarray(chunk.rows.stop, np.int64)]
+        else:
+            rows = [chunk.rows.astype(np.int64)]
+        arguments = [position, *rows, chunk.segments, chunk.groups.astype(np.int64), normal]
         if curvature is None:
-            proposal, log_ratio, fitted = self._newton(*arguments)
+            proposal, log_ratio, fitted = self._newton[in_place](*arguments)
         else:
             fitted = None
-            proposal, log_ratio = self._newton_fixed(
+            proposal, log_ratio = self._newton_fixed[in_place](
                 *arguments, np.asarray(curvature, dtype=position.dtype)
             )
         log_ratio = np.where(np.isnan(log_ratio), -np.inf, np.minimum(0.0, log_ratio))
         accepted = np.log(rng.uniform(size=log_ratio.size)) < log_ratio
         kept = position.copy()
+        coordinates = chunk.coordinates
         kept[coordinates[accepted]] = proposal.reshape(coordinates.shape)[accepted]
         return LocalMoveResult(kept, float(np.mean(np.exp(log_ratio))), fitted)

@@ -220,6 +220,7 @@ def find_mode(
     learning_rate: float = 0.05,
     maxiter: int = 1000,
     gtol: float = 1e-8,
+    search: bool = True,
     chunk_rows: int | None = None,
     progressbar: bool = True,
     random_seed: int | np.random.Generator | None = 0,
@@ -257,6 +258,9 @@ def find_mode(
     gtol : float, default 1e-8
         L-BFGS's tolerance on the gradient of ``log p / rows`` (per row, so that it does
         not depend on the size of the data).
+    search : bool, default True
+        False takes ``start`` as the mode: no Adam, Newton or L-BFGS steps, only the log
+        density, the gradient and (with ``curvature``) the Laplace covariance there.
     chunk_rows : int, optional
         Rows per chunk of a full-data pass (about 64 MiB of data by default).
     progressbar : bool, default True
@@ -298,6 +302,7 @@ def find_mode(
         learning_rate=learning_rate,
         maxiter=maxiter,
         gtol=gtol,
+        search=search,
         progressbar=progressbar,
         rng=np.random.default_rng(random_seed),
     )
@@ -316,6 +321,7 @@ def search_mode(
     progressbar: bool,
     rng: np.random.Generator,
     local_positions: np.ndarray | None = None,
+    search: bool = True,
 ) -> ModeResult:
     """:func:`find_mode` on a prepared :class:`ModeFinder`, from the flat point ``x0``.
 
@@ -324,6 +330,7 @@ def search_mode(
     and no prior term reads the locals of two groups, and a diagonal curvature is
     differenced one kind of local and one global at a time
     (:func:`~pymc_sgmcmc.sampling.optimize.grouped_hessian_by_differences`).
+    ``search=False``: ``x0`` is taken as the mode (one pass, then the curvature there).
     """
     started = time.perf_counter()
     kind = _curvature_kind(curvature, x0.size)
@@ -342,14 +349,19 @@ def search_mode(
     total_rows = max(sum(finder.n_rows), 1)
     position = np.asarray(x0, dtype=finder.flat.position.dtype).copy()
     with _progress(progressbar) as progress:
-        if finder.flat.groups and adam_steps > 0:
+        if not search:
+            logp, gradient = finder.full_pass(position)
+        if search and finder.flat.groups and adam_steps > 0:
             task = progress.add_task("Mode: Adam on minibatches", total=adam_steps)
             position = _adam(finder, position, adam_steps, learning_rate, rng, progress, task)
         covariance = newton_hessian = hessian_at = None
         newton_first = (
-            x0.size <= DENSE_CURVATURE_MAX_DIM and total_rows >= SUBSAMPLE_FIRST_ROWS and maxiter
+            search
+            and x0.size <= DENSE_CURVATURE_MAX_DIM
+            and total_rows >= SUBSAMPLE_FIRST_ROWS
+            and maxiter
         )
-        done = False
+        done = not search
         if newton_first:
             # Large data: the mode of a subsample, then Newton steps on full-data passes
             # (each step one pass; the subsample's mode is ~sqrt(N / n) sds off and the
@@ -406,12 +418,17 @@ def search_mode(
     mode.covariance = covariance
     # L-BFGS-B may end its line search at the rounding floor of the gradient with an
     # "ABNORMAL" message although the tolerance is met.
-    mode.converged = (
+    mode.converged = search and (
         done
         or bool(result.success and not newton_first)
         or bool(np.max(np.abs(gradient), initial=0.0) / total_rows <= gtol)
     )
-    mode.message = "Newton steps on full-data passes converged" if done else str(result.message)
+    if not search:
+        mode.message = "the start taken as the mode (search=False)"
+    elif done:
+        mode.message = "Newton steps on full-data passes converged"
+    else:
+        mode.message = str(result.message)
     mode.rows_touched = finder.rows_touched - rows_before
     mode.seconds = time.perf_counter() - started
     return mode

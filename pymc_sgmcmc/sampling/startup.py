@@ -118,7 +118,7 @@ def start_mode(
     if start is not None:
         point = {**point, **start}
     x0 = np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(dtype)
-    unknown = set(options) - {*MODE_SEARCH_DEFAULTS, "curvature", "progressbar"}
+    unknown = set(options) - {*MODE_SEARCH_DEFAULTS, "curvature", "progressbar", "search"}
     if unknown:
         raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
     try:

@@ -212,12 +212,12 @@ class WholeGroups(WithSamplingState):
         fit = tune and iteration % CURVATURE_FIT_EVERY == 0
         if self.local_curvature is not None and not fit:
             frozen = np.nan_to_num(self.local_curvature, nan=1.0)
-        for groups in move.chunks(rng.permutation(n_groups)):
-            result = move.move(position, groups, None, 0.0, rng, frozen)
+        for chunk in move.sweep_chunks():
+            result = move.newton_move(position, chunk, rng, frozen)
             position = result.position
             if result.curvature is not None:
                 moved = np.zeros(position.size, dtype=bool)
-                moved[self.grouping.layout.local_positions[groups].ravel()] = True
+                moved[chunk.coordinates.ravel()] = True
                 self.local_curvature = averaged_curvature(
                     self.local_curvature, result.curvature, moved
                 )
