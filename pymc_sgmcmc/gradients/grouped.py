@@ -71,6 +71,12 @@ class GroupLayout:
         """Rows of each group."""
         return self._counts
 
+    def first_rows(self) -> np.ndarray:
+        """Each group's first row (``n_rows`` for a group without rows)."""
+        has_rows = self._counts > 0
+        first = self._order[np.minimum(self._starts, max(self.n_rows - 1, 0))]
+        return np.where(has_rows, first, self.n_rows)
+
     @property
     def n_rows(self) -> int:
         """Rows of the data."""

@@ -95,6 +95,7 @@ class SweepChunk(NamedTuple):
 
 def sweep_chunk(layout: GroupLayout, groups: np.ndarray) -> SweepChunk:
     """:class:`SweepChunk` of ``groups``, their rows as a ``slice`` where consecutive."""
+    groups = np.asarray(groups, dtype=np.int64)
     rows, segments = layout.rows_of(groups)
     if rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
         rows = slice(int(rows[0]), int(rows[0]) + rows.size)
@@ -107,9 +108,7 @@ def groups_in_row_order(layout: GroupLayout) -> np.ndarray:
     Where each group's rows are consecutive (data sorted by group, in any order of the
     groups), consecutive groups in this order have consecutive rows.
     """
-    first = np.full(layout.n_groups, layout.n_rows, dtype=np.int64)
-    np.minimum.at(first, layout.codes, np.arange(layout.n_rows, dtype=np.int64))
-    return np.argsort(first, kind="stable")
+    return np.argsort(layout.first_rows(), kind="stable")
 
 
 class LocalMoveResult(NamedTuple):
@@ -367,7 +366,7 @@ class ExactLocalMove:
             rows = [np.asarray(chunk.rows.start, np.int64), np.asarray(chunk.rows.stop, np.int64)]
         else:
             rows = [chunk.rows.astype(np.int64)]
-        arguments = [position, *rows, chunk.segments, chunk.groups.astype(np.int64), normal]
+        arguments = [position, *rows, chunk.segments, chunk.groups, normal]
         if curvature is None:
             proposal, log_ratio, fitted = self._newton[in_place](*arguments)
         else:
