@@ -236,7 +236,11 @@ class GroupedGradient:
         batch = self.gathered(indices)
         n = pt.cast(indices.shape[0], self.prior.dtype)
         total = pt.cast(self.data[0].shape[0], self.prior.dtype)
+        # Not strict: an array of the minibatch that the likelihood does not read (a
+        # spare column passed to pm.Minibatch) has nothing to replace.
         likelihood = graph_replace(
-            self.likelihood_gradient, dict(zip(self.placeholders, batch, strict=True))
+            self.likelihood_gradient,
+            dict(zip(self.placeholders, batch, strict=True)),
+            strict=False,
         )
         return self.prior_gradient, (n / total) * likelihood

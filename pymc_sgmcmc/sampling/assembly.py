@@ -131,8 +131,12 @@ def assemble(
         anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=step_jitter,
         grouping=None if whole_groups is None else whole_groups.grouping,
         centred_locals=centred_locals(whole_groups, vars, initial_point),
-        # a prior row by row: then no term reads two groups' locals
-        separable_locals=whole_groups is not None and whole_groups.local_move.per_group is not None,
+        # a prior row by row: then no term reads two groups' locals. A second grouping
+        # factor's locals would be globals of the grouped Hessian, whose dense part
+        # grows with their square: such models take the general search.
+        separable_locals=whole_groups is not None
+        and whole_groups.local_move.per_group is not None
+        and not whole_groups.secondary_moves,
         vars=vars, initial_point=initial_point, dtype=dtype,
         batch_sizes=[g.batch_size for g in graph.groups], n_rows=n_rows, n_steps=n_steps,
         mass_adapter=mass_adapter, mass_given=mass is not None or "metric" in (kernel_params or {}),
@@ -167,6 +171,4 @@ def centred_locals(
     if whole_groups is None or whole_groups.interweaving is not None:
         return ()
     places = flat_slices(initial_point, vars)
-    local = np.zeros(whole_groups.grouping.layout.dim, dtype=bool)
-    local[whole_groups.grouping.layout.local_positions.ravel()] = True
-    return tuple(name for name, where in places.items() if local[where].all())
+    return tuple(name for name, where in places.items() if whole_groups.is_local[where].all())

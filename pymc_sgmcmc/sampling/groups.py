@@ -9,8 +9,10 @@ minibatch of whole groups then gives those parameters their exact gradient
 (:mod:`pymc_sgmcmc.gradients.grouped`).
 
 The search is conservative: anything it cannot prove row-wise (a cumulative sum over
-groups, two grouping factors, a local read without the index) leaves the model to
-minibatches of rows.
+groups, a local read without the index, a vector read through two indices) leaves the
+model to minibatches of rows. Two grouping factors (crossed effects, ``a[user_mb] +
+b[item_mb]``) are found each on its own: minibatches are whole groups of one, the
+other's locals are read like globals by the trajectory and get their own exact moves.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pytensor.scalar as ps
@@ -171,35 +174,26 @@ def _group_indexings(rows: RowLogp) -> list[tuple[Variable, Variable]]:
     return indexings
 
 
-def find_groups(
-    rows: RowLogp, flat: FlatLogp, codes_of: Callable, n_position: int
+def _factor_layout(
+    rows: RowLogp,
+    indexings: list[tuple[Variable, Variable]],
+    column: Variable,
+    codes_of: Callable,
+    n_position: int,
 ) -> GroupLayout | None:
-    """The group structure of a model with one ``pm.Minibatch`` call, or ``None``.
+    """The layout of the grouping factor ``column``, or ``None`` where it is not one.
 
-    Parameters
-    ----------
-    rows : RowLogp
-        The log density with the minibatch's arrays as placeholders.
-    flat : FlatLogp
-        The flat log density (its groups give the minibatch's arrays).
-    codes_of : callable
-        ``codes_of(k, j)``: the full array ``j`` of minibatch call ``k``, as NumPy.
-    n_position : int
-        Length of the flat position.
+    The vectors it indexes must map their parameters' rows to groups one to one, and the
+    likelihood must read those parameters through this index only: other factors' locals
+    count as shared, as globals do.
     """
-    if len(flat.groups) != 1 or not rows.terms[0]:
-        return None
     placeholders = list(rows.placeholders[0])
     position = rows.position
-    indexings = _group_indexings(rows)
-    columns = {id(column): column for _, column in indexings}
-    if len(columns) != 1:
-        return None  # no grouping, or two grouping factors (crossed effects)
-    (column,) = columns.values()
+    own = [(indexed, c) for indexed, c in indexings if c is column]
     local: set[_Block] = set()
     shared: set[_Block] = set()
     try:
-        for indexed, _ in indexings:
+        for indexed, _ in own:
             _rowwise_blocks(indexed.owner.inputs[0], position, local, shared)
     except _NotRowwiseError:
         return None
@@ -209,8 +203,7 @@ def find_groups(
     if len(n_groups) != 1:
         return None
     (n_groups,) = n_groups
-    # The likelihood must read the local parameters through the group index only.
-    cut = {indexed: indexed.type() for indexed, _ in indexings}
+    cut = {indexed: indexed.type() for indexed, _ in own}
     for term in rows.terms[0]:
         remaining = graph_replace(term, cut, strict=False)
         reached = {_block_of(v, position) for v in ancestors([remaining])}
@@ -231,6 +224,37 @@ def find_groups(
         local_positions=np.concatenate(per_group, axis=1),
         dim=n_position,
     )
+
+
+def find_group_factors(
+    rows: RowLogp, flat: FlatLogp, codes_of: Callable, n_position: int
+) -> list[GroupLayout]:
+    """The grouping factors of a model with one ``pm.Minibatch`` call (none: ``[]``).
+
+    One layout per minibatched index that indexes parameter vectors (``a[user_mb]``,
+    ``b[item_mb]``: crossed effects give two), each proved row-wise on its own, the
+    others' locals counted as shared. A factor that cannot be proved leaves the whole
+    model to minibatches of rows.
+
+    Parameters
+    ----------
+    rows : RowLogp
+        The log density with the minibatch's arrays as placeholders.
+    flat : FlatLogp
+        The flat log density (its groups give the minibatch's arrays).
+    codes_of : callable
+        ``codes_of(k, j)``: the full array ``j`` of minibatch call ``k``, as NumPy.
+    n_position : int
+        Length of the flat position.
+    """
+    if len(flat.groups) != 1 or not rows.terms[0]:
+        return []
+    indexings = _group_indexings(rows)
+    columns = list({id(column): column for _, column in indexings}.values())
+    layouts = [_factor_layout(rows, indexings, c, codes_of, n_position) for c in columns]
+    if any(layout is None for layout in layouts):
+        return []
+    return layouts
 
 
 @dataclass(frozen=True)
@@ -280,12 +304,14 @@ def _affine_in(var: Variable, block: _Block, position: Variable) -> bool:
     return False
 
 
-def find_location_scale(rows: RowLogp, layout: GroupLayout) -> LocationScaleHierarchy | None:
+def find_location_scale(rows: RowLogp, is_local: np.ndarray) -> LocationScaleHierarchy | None:
     """The non-centred form ``a = L(u) + S(u) ⊙ z`` of a grouped model, or ``None``.
 
     Every group-indexed vector of the likelihood must be affine in exactly one local
     block (its own) and read globals; those globals must reach the likelihood through
     the indexed vectors only. A centred model (``a`` itself sampled) has no such globals.
+    ``is_local``: whether each coordinate is a local of any grouping factor (none of the
+    globals may be).
     """
     position = rows.position
     indexings = _group_indexings(rows)
@@ -313,7 +339,7 @@ def find_location_scale(rows: RowLogp, layout: GroupLayout) -> LocationScaleHier
     coordinates = np.concatenate(
         [np.arange(b.start, b.stop) for b in sorted(globals_, key=lambda b: b.start)]
     )
-    if layout.is_local[coordinates].any():
+    if is_local[coordinates].any():
         return None
     return LocationScaleHierarchy(tuple(parts), coordinates)
 
@@ -421,6 +447,29 @@ def group_log_densities(
     return GroupLogDensities(rows, local_prior, flat.groups[0].data, layout)
 
 
+class GroupFactor(NamedTuple):
+    """A grouping factor besides the one whose whole groups make the minibatches."""
+
+    layout: GroupLayout
+    per_group: GroupLogDensities | None
+
+
+class FoundGroups(NamedTuple):
+    """What a step needs to draw whole groups (:func:`group_minibatches`).
+
+    ``grouped`` and ``grouping``: the minibatches' factor (the one with the most groups);
+    ``hierarchy``: the non-centred form where the model has one; ``per_group``: that
+    factor's groups' own log densities where its prior is row by row; ``secondary``: the
+    model's other grouping factors (crossed effects), each with its own.
+    """
+
+    grouped: GroupedGradient
+    grouping: Grouping
+    hierarchy: LocationScaleHierarchy | None
+    per_group: GroupLogDensities | None
+    secondary: tuple[GroupFactor, ...] = ()
+
+
 class _LikelihoodGradient:
     """``(position, rows) -> (n/N)∇L_b``, compiled on first use (and again after pickling)."""
 
@@ -488,15 +537,16 @@ def group_minibatches(
     sampler: str,
     learns_mass: bool = False,
     compile_kwargs: dict | None = None,
-) -> (
-    tuple[GroupedGradient, Grouping, LocationScaleHierarchy | None, GroupLogDensities | None] | None
-):
+) -> FoundGroups | None:
     """Minibatches of whole groups for this model and sampler, or ``None`` (rows).
 
     ``groups="auto"`` uses them where the model's groups are found and the sampler can;
     ``True`` insists (a ``ValueError`` says why not); ``False`` draws rows. With them,
     the model's non-centred form where it has one (:func:`find_location_scale`) and its
-    groups' own log densities where its locals' prior is row by row.
+    groups' own log densities where its locals' prior is row by row. With two or more
+    grouping factors (crossed effects) the minibatches are whole groups of the one with
+    the most groups; every factor's prior must then be row by row (each factor's groups
+    get their own exact moves), else rows are drawn.
     """
     if groups is False or groups is None:
         return None
@@ -512,7 +562,8 @@ def group_minibatches(
         )
     if minibatch != "step":
         reasons.append(f"minibatch={minibatch!r} (whole groups are drawn for every step)")
-    layout, rows = None, None
+    layouts: list[GroupLayout] = []
+    rows = None
     if any(group.buffer is not None for group in flat.groups):
         # Groups are found from the group index's values, which stay out of core; a
         # whole group's rows would be scattered over chunks.
@@ -527,22 +578,34 @@ def group_minibatches(
     else:
         rows = row_logp(model, flat, vars, initial_point)
         if all(all(flags) for flags in rows.scaled):
-            layout = find_groups(
+            layouts = find_group_factors(
                 rows,
                 flat,
                 lambda k, j: data_value(flat.groups[k].data[j]),
                 int(sum(np.size(initial_point[v.name]) for v in vars)),
             )
+    # Minibatches are whole groups of the factor with the most groups (the finest).
+    layouts.sort(key=lambda f: -f.n_groups)
+    layout = layouts[0] if layouts else None
     if layout is None and not reasons:
         reasons.append(
             "no parameter vector indexed by a minibatched group index was found whose "
             "groups' rows are its only data (e.g. a[group_idx_mb] with "
             "pm.Minibatch(group_idx, ..., y) and total_size=)"
         )
-    per_group = None
+    per_group, secondary = None, ()
     if not reasons:
         per_group = group_log_densities(model, flat, vars, initial_point, layout)
-        if learns_mass and per_group is None:
+        secondary = tuple(
+            GroupFactor(f, group_log_densities(model, flat, vars, initial_point, f))
+            for f in layouts[1:]
+        )
+        if secondary and (per_group is None or any(f.per_group is None for f in secondary)):
+            reasons.append(
+                f"it has {len(layouts)} grouping factors, and the prior of one of them ties "
+                "its groups together (each factor's groups are moved one by one)"
+            )
+        elif learns_mass and per_group is None:
             reasons.append(
                 "it learns its mass from the draws, and with a prior that ties the groups "
                 "together a group's parameters move in few of them (measured: SGHMC-EM's "
@@ -565,4 +628,6 @@ def group_minibatches(
         groups_per_step=layout.groups_per_step(batch_size),
         likelihood_gradient=_LikelihoodGradient(grouped, compile_kwargs),
     )
-    return grouped, grouping, find_location_scale(rows, layout), per_group
+    local = np.logical_or.reduce([f.is_local for f in layouts])
+    hierarchy = find_location_scale(rows, local)
+    return FoundGroups(grouped, grouping, hierarchy, per_group, secondary)

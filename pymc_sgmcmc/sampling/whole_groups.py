@@ -6,8 +6,9 @@ runs them inside a chain (docs/hierarchical.md). Protocol, in five lines:
 - ``inputs(dtype)``: the trajectory's group constants (weights ``J/K``, rows per group) by
   compiled input name; ``draw(rng, n_minibatches)``: one trajectory's rows, bounds, mask;
 - ``after_trajectory(position, rng, tune, iteration, inverse_mass)``: the exact moves after
-  a kept trajectory (every group's locals, the globals given them, then a non-centred
-  hierarchy's globals given its group vectors);
+  a kept trajectory (every group's locals, the globals given them, a non-centred
+  hierarchy's globals given its group vectors, then the moves along directions the
+  likelihood does not see);
 - ``inflate(noise)`` and ``widen(...)``: the answers to a chain's first noise measurement
   (noisy globals slowed, more groups per step where noise caps the step);
 - its chain state (``sampling_state``) is reset by ``reset_chain()``.
@@ -29,7 +30,11 @@ from pymc_sgmcmc.sampling.global_updates import (
     averaged_precision,
     precision_factor,
 )
-from pymc_sgmcmc.sampling.groups import GroupLogDensities, LocationScaleHierarchy
+from pymc_sgmcmc.sampling.groups import (
+    GroupFactor,
+    GroupLogDensities,
+    LocationScaleHierarchy,
+)
 from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scales
 from pymc_sgmcmc.sampling.local_updates import (
     CURVATURE_FIT_EVERY,
@@ -38,6 +43,7 @@ from pymc_sgmcmc.sampling.local_updates import (
     averaged_curvature,
     local_step_size_adapter,
 )
+from pymc_sgmcmc.sampling.translations import TranslationMove
 
 
 @dataclass_state
@@ -101,6 +107,10 @@ class WholeGroups(WithSamplingState):
         The non-centred form ``a = L(u) + S(u) z`` where the model has one.
     per_group : GroupLogDensities, optional
         Each group's conditional log density, where the locals' prior is row by row.
+    secondary : tuple of GroupFactor
+        The model's other grouping factors (crossed effects). The trajectory reads their
+        locals like globals (weighted ``J/K``); after it each factor's groups get the
+        same per-group move as ``per_group``'s, one factor after the other.
     compile_kwargs : dict, optional
         Passed to ``pytensor.function``.
     full_pass : callable, optional
@@ -116,14 +126,26 @@ class WholeGroups(WithSamplingState):
         grouping: Grouping,
         hierarchy: LocationScaleHierarchy | None,
         per_group: GroupLogDensities | None,
+        secondary: tuple[GroupFactor, ...],
         compile_kwargs: dict | None,
         full_pass: Any = None,
     ) -> None:
         self.grouped, self.grouping = grouped, grouping
         self.local_move = ExactLocalMove(grouped, grouping.layout, per_group, compile_kwargs)
+        self.secondary_moves = [
+            ExactLocalMove(grouped, factor.layout, factor.per_group, compile_kwargs)
+            for factor in secondary
+        ]
+        self.is_local = np.logical_or.reduce(
+            [grouping.layout.is_local, *(factor.layout.is_local for factor in secondary)]
+        )
+        self.layouts = [grouping.layout, *(factor.layout for factor in secondary)]
         self.global_move = None
         if per_group is not None and full_pass is not None:
-            self.global_move = ExactGlobalMove(full_pass, np.flatnonzero(~grouping.layout.is_local))
+            self.global_move = ExactGlobalMove(full_pass, np.flatnonzero(~self.is_local))
+        self.translations = TranslationMove(
+            grouped.position, grouped.prior, hierarchy, compile_kwargs
+        )
         self.interweaving = (
             InterweavingMove(grouped.position, grouped.prior, hierarchy, compile_kwargs)
             if hierarchy is not None
@@ -186,6 +208,7 @@ class WholeGroups(WithSamplingState):
             position = self._update_globals(position, rng, tune, iteration, inverse_mass)
         if self.interweaving is not None:
             position = self._interweave(position, rng, tune, iteration)
+        position = self._translate(position, rng)
         return position
 
     def _update_locals(
@@ -193,8 +216,9 @@ class WholeGroups(WithSamplingState):
     ) -> np.ndarray:
         """Move groups' locals by an exact, Metropolis-corrected step given the rest.
 
-        With a test per group (a prior row by row), every group, in chunks of rows;
-        otherwise ``4K`` groups drawn afresh, tested together.
+        With a test per group (a prior row by row), every group, in chunks of rows, then
+        every group of each other grouping factor; otherwise ``4K`` groups drawn afresh,
+        tested together.
         """
         move, n_groups = self.local_move, self.n_groups
         if move.per_group is None:
@@ -212,15 +236,17 @@ class WholeGroups(WithSamplingState):
         fit = tune and iteration % CURVATURE_FIT_EVERY == 0
         if self.local_curvature is not None and not fit:
             frozen = np.nan_to_num(self.local_curvature, nan=1.0)
-        for chunk in move.sweep_chunks():
-            result = move.newton_move(position, chunk, rng, frozen)
-            position = result.position
-            if result.curvature is not None:
-                moved = np.zeros(position.size, dtype=bool)
-                moved[chunk.coordinates.ravel()] = True
-                self.local_curvature = averaged_curvature(
-                    self.local_curvature, result.curvature, moved
-                )
+        # The factors' locals are distinct coordinates: one running curvature holds all.
+        for factor_move in [move, *self.secondary_moves]:
+            for chunk in factor_move.sweep_chunks():
+                result = factor_move.newton_move(position, chunk, rng, frozen)
+                position = result.position
+                if result.curvature is not None:
+                    moved = np.zeros(position.size, dtype=bool)
+                    moved[chunk.coordinates.ravel()] = True
+                    self.local_curvature = averaged_curvature(
+                        self.local_curvature, result.curvature, moved
+                    )
         return position
 
     def _update_globals(
@@ -245,6 +271,21 @@ class WholeGroups(WithSamplingState):
         if factor is None:
             return position
         return move.move(position, factor, rng).position
+
+    def _translate(self, position: np.ndarray, rng) -> np.ndarray:
+        """Move along the directions the likelihood does not see (found at the first call)."""
+        move = self.translations
+        if move.directions is None:
+            move.find(
+                position,
+                self.grouping.likelihood_gradient,
+                self.grouping.layout.n_rows,
+                self.layouts,
+                np.flatnonzero(~self.is_local),
+            )
+        if not move.directions:
+            return position
+        return move.move(position, rng).position
 
     def _interweave(self, position: np.ndarray, rng, tune: bool, iteration: int) -> np.ndarray:
         """Redraw a non-centred hierarchy's globals given its group vectors."""
