@@ -203,6 +203,7 @@ def _factor_layout(
     if len(n_groups) != 1:
         return None
     (n_groups,) = n_groups
+    # The likelihood must read the local parameters through this index only.
     cut = {indexed: indexed.type() for indexed, _ in own}
     for term in rows.terms[0]:
         remaining = graph_replace(term, cut, strict=False)
