@@ -26,7 +26,7 @@ import numpy as np
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import graph_replace
+from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.traversal import ancestors
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.basic import Alloc
@@ -267,6 +267,19 @@ class LocationScale:
 
     value: Variable
     local: _Block
+
+    def location_and_scale(self, position: Variable, at: Variable) -> tuple[Variable, Variable]:
+        """``L(u)`` and ``S(u)`` at ``at`` (a graph standing for ``position``).
+
+        ``a`` with ``z`` set to 0, and its change when ``z`` goes to 1 (``a`` is affine).
+        """
+
+        def value_with(fill: float) -> Variable:
+            filled = pt.set_subtensor(at[self.local.start : self.local.stop], fill)
+            return clone_replace(self.value, {position: filled})
+
+        location = value_with(0.0)
+        return location, value_with(1.0) - location
 
 
 @dataclass(frozen=True)

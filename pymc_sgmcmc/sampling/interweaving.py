@@ -86,13 +86,8 @@ class InterweavingMove:
         moved, log_jacobian = at_u, pt.zeros((), dtype=x.dtype)
         for part in self.hierarchy.parts:
             block = part.local
-
-            def value_with(fill: float, block=block, part=part) -> Variable:
-                filled = pt.set_subtensor(at_u[block.start : block.stop], fill)
-                return clone_replace(part.value, {x: filled})
-
-            location = value_with(0.0)
-            z, log_dz_da = recentred(part.value, location, value_with(1.0) - location)
+            location, scale = part.location_and_scale(x, at_u)
+            z, log_dz_da = recentred(part.value, location, scale)
             moved = pt.set_subtensor(moved[block.start : block.stop], z.reshape((-1,)))
             log_jacobian = log_jacobian + log_dz_da
         return moved, log_jacobian

@@ -166,14 +166,11 @@ class TranslationMove:
             x = self.position
             per_unit = pt.ones_like(x)
             for part in self.hierarchy.parts:
+                _, scale = part.location_and_scale(x, x)
                 block = part.local
-
-                def value_with(fill: float, block=block, part=part) -> Variable:
-                    filled = pt.set_subtensor(x[block.start : block.stop], fill)
-                    return clone_replace(part.value, {x: filled})
-
-                scale = (value_with(1.0) - value_with(0.0)).reshape((-1,))
-                per_unit = pt.set_subtensor(per_unit[block.start : block.stop], 1.0 / scale)
+                per_unit = pt.set_subtensor(
+                    per_unit[block.start : block.stop], 1.0 / scale.reshape((-1,))
+                )
             self._per_unit = compile_graph([x], [per_unit], self.compile_kwargs)
         (per_unit,) = self._per_unit(position)
         return np.asarray(per_unit, dtype=float)
