@@ -339,7 +339,7 @@ class Chain(WithSamplingState):
         if parts.groups is not None and kept.finite and not kept.diverging:
             moved = parts.groups.after_trajectory(
                 kept.state.position, rng, tune=self.tune, iteration=self.iteration - 1,
-                inverse_mass=tuning.params.metric.inverse,
+                inverse_mass=tuning.params.metric.inverse, tune_iterations=self.tune_iterations,
             )  # fmt: skip
             # The gradient there is the old position's: the adapters that asked get none.
             kept = kept._replace(state=kept.state._replace(position=moved), gradient=None)

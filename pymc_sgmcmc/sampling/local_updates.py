@@ -73,6 +73,31 @@ MIN_CURVATURE = 1e-8
 INITIAL_STEP_SIZE = 0.5
 """In units of the mass: the locals' conditional sds are at most their marginal ones."""
 
+TARGET_AUTOCORRELATION = 0.15
+"""After tuning, a group whose locals' draws have a lag-1 autocorrelation ``ρ`` above this
+gets ``k`` more moves at each draw, the fewest with ``ρ^(1 + k)`` at most this.
+
+The per-group Newton proposal is near-independent where a group's conditional is
+near-Gaussian; where it is skewed (a logistic group with few events) the proposal's mean
+stays near where the chain stands. Measured on 500 groups of 100 rows (centred logistic
+hierarchy, 2 × (300 + 1,000)): the intercepts' median ESS was 1,794, the smallest 627,
+all of groups with 6-11 events in 100 rows, with 5-6 % of their moves rejected; a second
+sweep of every group raised the smallest to 1,250. Such a group's ``ρ`` is ~0.5."""
+
+MOST_EXTRA_MOVES = 3
+"""At most this many extra moves per group and draw."""
+
+AUTOCORRELATION_FROM = 0.5
+"""The locals' autocorrelation is measured on the tuning draws after this fraction of
+tuning: the start, far from the posterior, would inflate it. On 100 draws its estimate
+has an sd of ~0.1, as large as the threshold; on the 500 of PyMC's default tuning, ~0.045."""
+
+MERGE_GAP_ROWS = 1_000
+"""Two runs of slowly mixing groups closer than this many rows are moved in one call,
+with the groups between them: a call of the per-group move costs about as much as that
+many rows (measured at 2,000 groups of 100 rows: 0.10 ms for one group, 0.15 ms for 10,
+0.7 ms for 100)."""
+
 
 def local_step_size_adapter() -> DualAverageAdaptation:
     """A fresh dual averaging of the local move's step size (PyMC's NUTS constants)."""
@@ -121,6 +146,81 @@ class LocalMoveResult(NamedTuple):
     position: np.ndarray
     accept: float
     curvature: np.ndarray | None
+
+
+class DrawMoments(NamedTuple):
+    """Running moments of each coordinate's draws, for their lag-1 autocorrelation.
+
+    ``mean`` and ``second``: of the ``count`` draws; ``jump``: of the squared change
+    between consecutive draws (``count − 1`` of them); ``last``: the latest draw.
+    """
+
+    count: int
+    mean: np.ndarray
+    second: np.ndarray
+    jump: np.ndarray
+    last: np.ndarray
+
+
+def updated_moments(moments: DrawMoments | None, draw: np.ndarray) -> DrawMoments:
+    """``moments`` with ``draw`` added (equal weights)."""
+    draw = np.asarray(draw, dtype=float)
+    if moments is None:
+        return DrawMoments(1, draw.copy(), draw**2, np.zeros_like(draw), draw.copy())
+    n = moments.count
+    return DrawMoments(
+        n + 1,
+        moments.mean + (draw - moments.mean) / (n + 1),
+        moments.second + (draw**2 - moments.second) / (n + 1),
+        moments.jump + ((draw - moments.last) ** 2 - moments.jump) / n,
+        draw.copy(),
+    )
+
+
+def lag_one_autocorrelation(moments: DrawMoments) -> np.ndarray:
+    """``ρ = 1 − E[(x_t − x_{t−1})²] / (2 Var x)`` of each coordinate; 0 where it is flat."""
+    variance = moments.second - moments.mean**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = 1.0 - moments.jump / (2.0 * variance)
+    return np.where(np.isfinite(rho) & (variance > 0), np.clip(rho, -1.0, 1.0), 0.0)
+
+
+def extra_moves(rho: np.ndarray) -> np.ndarray:
+    """The fewest extra moves ``k`` with ``ρ^(1 + k)`` ≤ :data:`TARGET_AUTOCORRELATION`.
+
+    Independent moves of a chain whose draws have lag-1 autocorrelation ``ρ`` compose to
+    ``ρ^(1 + k)`` (exact for a Gaussian autoregression); at most
+    :data:`MOST_EXTRA_MOVES`.
+    """
+    rho = np.asarray(rho, dtype=float)
+    slow = rho > TARGET_AUTOCORRELATION
+    with np.errstate(divide="ignore"):
+        needed = np.log(TARGET_AUTOCORRELATION) / np.log(np.where(slow, rho, 0.5)) - 1.0
+    needed = np.ceil(needed - 1e-9)
+    return np.where(slow, np.clip(needed, 1, MOST_EXTRA_MOVES), 0).astype(np.int64)
+
+
+def runs_of_groups(
+    ordered: np.ndarray, selected: np.ndarray, counts: np.ndarray
+) -> list[np.ndarray]:
+    """The ``selected`` groups of ``ordered`` (row order) in runs of neighbours.
+
+    Runs less than :data:`MERGE_GAP_ROWS` rows apart are joined, with the groups between
+    them, so that each run is one call (its rows read in place where the data are sorted
+    by group).
+    """
+    positions = np.flatnonzero(selected[ordered])
+    if positions.size == 0:
+        return []
+    rows_before = np.concatenate([[0], np.cumsum(counts[ordered])])
+    runs = [[positions[0], positions[0]]]
+    for p in positions[1:]:
+        gap = rows_before[p] - rows_before[runs[-1][1] + 1]
+        if gap < MERGE_GAP_ROWS:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return [ordered[start : stop + 1] for start, stop in runs]
 
 
 def averaged_curvature(
@@ -189,6 +289,20 @@ class ExactLocalMove:
             order = groups_in_row_order(self.layout)
             self._sweep_chunks = [sweep_chunk(self.layout, c) for c in self.chunks(order)]
         return self._sweep_chunks
+
+    def extra_chunks(self, moves: np.ndarray) -> list[list[SweepChunk]]:
+        """Chunks of the extra moves: the ``m``-th list holds the groups with ``moves > m``.
+
+        ``moves``: each group's extra moves per draw (:func:`extra_moves`), fixed once
+        tuning ends, so that every draw applies the same composition of exact moves.
+        """
+        ordered = groups_in_row_order(self.layout)
+        passes = []
+        for m in range(int(moves.max(initial=0))):
+            runs = runs_of_groups(ordered, moves > m, self.layout.counts)
+            chunks = [c for run in runs for c in self.chunks(run)]
+            passes.append([sweep_chunk(self.layout, c) for c in chunks])
+        return passes
 
     def chunks(self, groups: np.ndarray) -> list[np.ndarray]:
         """``groups`` in consecutive chunks of about :data:`ROWS_PER_CALL` rows (< 2x)."""

@@ -5,10 +5,10 @@ runs them inside a chain (docs/hierarchical.md). Protocol, in five lines:
 
 - ``inputs(dtype)``: the trajectory's group constants (weights ``J/K``, rows per group) by
   compiled input name; ``draw(rng, n_minibatches)``: one trajectory's rows, bounds, mask;
-- ``after_trajectory(position, rng, tune, iteration, inverse_mass)``: the exact moves after
-  a kept trajectory (every group's locals, the globals given them, a non-centred
-  hierarchy's globals given its group vectors, then the moves along directions the
-  likelihood does not see);
+- ``after_trajectory(position, rng, tune, iteration, inverse_mass, tune_iterations)``: the
+  exact moves after a kept trajectory (every group's locals, slowly mixing groups' again
+  after tuning, the globals given them, a non-centred hierarchy's globals given its group
+  vectors, then the moves along directions the likelihood does not see);
 - ``inflate(noise)`` and ``widen(...)``: the answers to a chain's first noise measurement
   (noisy globals slowed, more groups per step where noise caps the step);
 - its chain state (``sampling_state``) is reset by ``reset_chain()``.
@@ -37,11 +37,16 @@ from pymc_sgmcmc.sampling.groups import (
 )
 from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scales
 from pymc_sgmcmc.sampling.local_updates import (
+    AUTOCORRELATION_FROM,
     CURVATURE_FIT_EVERY,
     LOCAL_GROUPS_PER_STEP,
+    DrawMoments,
     ExactLocalMove,
     averaged_curvature,
+    extra_moves,
+    lag_one_autocorrelation,
     local_step_size_adapter,
+    updated_moments,
 )
 from pymc_sgmcmc.sampling.translations import TranslationMove
 
@@ -57,6 +62,8 @@ class WholeGroupsState(DataClassState):
     global_precision: Any
     global_fits: int
     noise_inflation: Any
+    draw_moments: Any
+    extra_chunks: Any
 
 
 def noise_inflation(raw_noise: np.ndarray) -> np.ndarray | None:
@@ -163,6 +170,8 @@ class WholeGroups(WithSamplingState):
         self.global_precision = None  # fitted where the chain starts, averaged in tuning
         self.global_fits = 0
         self.noise_inflation = None  # set from the first noise measurement
+        self.draw_moments: DrawMoments | None = None  # the locals' draws during tuning
+        self.extra_chunks = None  # per factor, decided where tuning ends
 
     @property
     def groups_per_step(self) -> int:
@@ -201,14 +210,22 @@ class WholeGroups(WithSamplingState):
         tune: bool,
         iteration: int,
         inverse_mass: np.ndarray,
+        tune_iterations: int = 0,
     ) -> np.ndarray:
-        """The exact moves after a kept trajectory: locals, then the globals given them."""
+        """The exact moves after a kept trajectory: locals, then the globals given them.
+
+        ``tune_iterations``: the chain's tuning length, which sets where the locals'
+        autocorrelation starts to be measured (for the extra moves of slowly mixing groups).
+        """
         position = self._update_locals(position, rng, tune, iteration, inverse_mass)
         if self.global_move is not None:
             position = self._update_globals(position, rng, tune, iteration, inverse_mass)
         if self.interweaving is not None:
             position = self._interweave(position, rng, tune, iteration)
         position = self._translate(position, rng)
+        measured = iteration >= AUTOCORRELATION_FROM * tune_iterations
+        if tune and measured and self.local_move.per_group is not None:
+            self.draw_moments = updated_moments(self.draw_moments, position[self.is_local])
         return position
 
     def _update_locals(
@@ -237,7 +254,8 @@ class WholeGroups(WithSamplingState):
         if self.local_curvature is not None and not fit:
             frozen = np.nan_to_num(self.local_curvature, nan=1.0)
         # The factors' locals are distinct coordinates: one running curvature holds all.
-        for factor_move in [move, *self.secondary_moves]:
+        factor_moves = [move, *self.secondary_moves]
+        for factor_move in factor_moves:
             for chunk in factor_move.sweep_chunks():
                 result = factor_move.newton_move(position, chunk, rng, frozen)
                 position = result.position
@@ -247,7 +265,29 @@ class WholeGroups(WithSamplingState):
                     self.local_curvature = averaged_curvature(
                         self.local_curvature, result.curvature, moved
                     )
+        if tune:
+            return position
+        if self.extra_chunks is None:
+            self.extra_chunks = self._slow_groups_chunks(factor_moves)
+        for factor_move, passes in zip(factor_moves, self.extra_chunks, strict=True):
+            for chunks in passes:
+                for chunk in chunks:
+                    position = factor_move.newton_move(position, chunk, rng, frozen).position
         return position
+
+    def _slow_groups_chunks(self, factor_moves: list[ExactLocalMove]) -> list[list]:
+        """Each factor's chunks of extra moves, from its locals' autocorrelation in tuning.
+
+        A group gets the extra moves of its slowest local coordinate
+        (:func:`~pymc_sgmcmc.sampling.local_updates.extra_moves`); none without tuning.
+        """
+        rho = np.zeros(self.is_local.size)
+        if self.draw_moments is not None:
+            rho[self.is_local] = lag_one_autocorrelation(self.draw_moments)
+        return [
+            factor_move.extra_chunks(extra_moves(rho[factor_move.layout.local_positions].max(1)))
+            for factor_move in factor_moves
+        ]
 
     def _update_globals(
         self, position: np.ndarray, rng, tune: bool, iteration: int, inverse_mass: np.ndarray
