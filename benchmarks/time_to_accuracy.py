@@ -39,7 +39,9 @@ loads the data fully into memory (``np.load``), builds the model and samples:
 3. ``numpyro-pymc``: ``pm.sample(..., nuts_sampler="numpyro")``; ``numpyro``: a hand-written
    NumPyro model, ``MCMC(NUTS(model), ..., num_chains=chains, chain_method="vectorized")``
    and its ``run`` (JAX arrays of the data as arguments, not constants);
-   ``numpyro-sequential``: the same with ``chain_method="sequential"``. ``--nuts-form``
+   ``numpyro-sequential`` and ``numpyro-parallel``: the same with
+   ``chain_method="sequential"`` or ``"parallel"`` (one JAX device per chain, asked for
+   with ``numpyro.set_host_device_count`` before JAX starts). ``--nuts-form``
    writes these two in another parameterisation than ours (the fastest NUTS a user could
    run on the same posterior);
 4. ``advi``: ``pm.fit(--advi-iterations, method="advi")`` on ``pm.Minibatch(X, y,
@@ -48,7 +50,8 @@ loads the data fully into memory (``np.load``), builds the model and samples:
 5. ``ours``: every sampler of ``--ours`` (default SGLD, SGHMC, SGNHT, SGHMCEM, SGNHTEM) with
    default arguments, ``cls(gradient=G)`` for every G of ``--gradients`` (default
    minibatch, control_variates), on the minibatched model, in ``pm.sample(draws, tune,
-   chains, cores=1, step=step)`` (one core, so that their timing is comparable).
+   chains, cores=--cores, step=step)``; by default PyMC's own ``cores`` (``min(4, logical
+   cores)``: the chains run side by side in worker processes), as a user gets it.
 
 ``pm.sample`` runs with ``progressbar=False, compute_convergence_checks=False`` and
 ``random_seed`` fixed per configuration (``--seed`` and the row's name).
@@ -65,8 +68,8 @@ first prefix of the kept draws (the first k draws of every chain, pooled; k = 50
 reference mean and every sd within ``--sd-tol`` (10 %) of the reference sd. Its time is
 ESTIMATED as setup + (tune + k) / (tune + draws) × (wall − setup): every draw is assumed to
 cost the same and the chains to advance together (true of parallel or vectorised chains;
-with ``cores=1`` the chains of ours run one after the other, so this is the time the pooled
-prefix would take with chains interleaved on the same core). ADVI: the wall time if the
+with ``--cores 1`` the chains of ours run one after the other, so this is the time the
+pooled prefix would take with chains interleaved on the same core). ADVI: the wall time if the
 final approximation is accurate. *|Δmean|/sd* and *sd ratio*: of all kept draws.
 *min ESS*: the smallest bulk ESS (``az.ess``) over the parameters; *ESS/s* = min ESS / wall.
 *rows touched*: data rows read by gradients: NUTS the sum of its tree sizes × N (where the
@@ -159,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="hierarchical: the parameterisation of the NumPyro rows (as --reference-form)",
     )
     add("--chains", type=int, default=2)
+    add(
+        "--cores",
+        type=int,
+        default=None,
+        help="ours: pm.sample's cores (default: PyMC's, min(4, logical cores))",
+    )
     add("--tune", type=int, default=1000)
     add("--draws", type=int, default=2000, help="kept draws per chain (default 2,000)")
     add("--nuts-tune", type=int, default=1000, help="NUTS warm-up per chain")

@@ -14,5 +14,8 @@ HIER_COLS = 5
 CHUNK = 1 << 18  # rows per chunk when simulating and in Newton's method
 OURS = ("SGLD", "SGHMC", "SGNHT", "SGHMCEM", "SGNHTEM")
 GRADIENTS = ("minibatch", "control_variates", "svrg")
-KINDS = ("nuts", "nutpie", "numpyro", "numpyro-sequential", "numpyro-pymc", "advi", "ours")
+KINDS = (
+    "nuts", "nutpie", "numpyro", "numpyro-sequential", "numpyro-parallel", "numpyro-pymc", "advi",
+    "ours",
+)  # fmt: skip
 NUTS_KINDS = ("nuts", "nutpie", "numpyro", "numpyro-pymc")

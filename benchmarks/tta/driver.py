@@ -33,13 +33,15 @@ def configurations(args: argparse.Namespace) -> list[dict]:
         "numpyro-pymc": "NumPyro NUTS (pm.sample)",
         "numpyro": "NumPyro NUTS (direct)",
         "numpyro-sequential": "NumPyro NUTS (direct, sequential chains)",
+        "numpyro-parallel": "NumPyro NUTS (direct, parallel chains)",
         "advi": f"ADVI (pm.fit, {args.advi_iterations:,} it., minibatch)",
     }
-    for kind in ("nuts", "nutpie", "numpyro-pymc", "numpyro", "numpyro-sequential", "advi"):
+    numpyro_kinds = ("numpyro", "numpyro-sequential", "numpyro-parallel")
+    for kind in ("nuts", "nutpie", "numpyro-pymc", *numpyro_kinds, "advi"):
         if kind in only:
             configs.append({"kind": kind, "label": names[kind]})
-            if kind == "numpyro-sequential":
-                configs[-1].update(kind="numpyro", chain_method="sequential")
+            if kind in numpyro_kinds[1:]:
+                configs[-1].update(kind="numpyro", chain_method=kind.split("-")[1])
             if kind.startswith("numpyro") and args.nuts_form != "same":
                 configs[-1]["form"] = args.nuts_form
                 configs[-1]["label"] += f", {args.nuts_form}"
@@ -96,6 +98,7 @@ def base_config(args: argparse.Namespace, data: dict) -> dict:
         "n_rows": args.n_rows,
         "groups": args.groups,
         "batch_size": args.batch_size,
+        "cores": args.cores,
         "seed": args.seed,
         "advi_iterations": args.advi_iterations,
         "mean_tol": args.mean_tol,

@@ -116,6 +116,7 @@ def header_lines(
     """The title and the bullet list above the table (with ``rows``: their JAX devices)."""
     hier = args.model == "hierarchical"
     problem = problem_description(args)
+    cores = args.cores if args.cores is not None else f"PyMC's default ({min(4, os.cpu_count())})"
     return [
         f"# Time to accuracy: {problem}",
         "",
@@ -129,8 +130,8 @@ def header_lines(
         f"{args.check_every} draws per chain); time = setup + (tune + k)/(tune + draws) × "
         "(wall − setup)",
         f"- Runs: NUTS {args.chains} chains × ({args.nuts_tune} + {args.nuts_draws}); ours "
-        f"{args.chains} × ({args.tune} + {args.draws}), cores=1; ADVI {args.advi_iterations:,} "
-        f"iterations then {args.chains} × {args.draws} draws",
+        f"{args.chains} × ({args.tune} + {args.draws}), cores={cores}; "
+        f"ADVI {args.advi_iterations:,} iterations then {args.chains} × {args.draws} draws",
         f"- Command: `{command}`",
     ]
 

@@ -144,7 +144,10 @@ def fit_advi(cfg: dict, seed: int, out: dict, t0: float):
 
 
 def sample_ours(cfg: dict, common: dict, out: dict, t0: float):
-    """``ours``: ``pmsg.<sampler>(gradient=...)`` in ``pm.sample`` on one core."""
+    """``ours``: ``pmsg.<sampler>(gradient=...)`` in ``pm.sample`` with ``cfg["cores"]``.
+
+    None is PyMC's default, as a user gets it: ``min(4, logical cores)`` worker processes.
+    """
     import pymc as pm
 
     import pymc_sgmcmc as pmsg
@@ -153,7 +156,7 @@ def sample_ours(cfg: dict, common: dict, out: dict, t0: float):
     cls = getattr(pmsg, cfg["sampler"])
     step = make_step(cls, cfg["gradient"], out["notes"])
     clock = DrawClock(chains)
-    idata = pm.sample(step=step, cores=1, callback=clock, **common)
+    idata = pm.sample(step=step, cores=cfg.get("cores"), callback=clock, **common)
     out["setup_s"] = clock.first - t0
     mode_s = getattr(step, "mode_seconds", None)
     setup_rows = getattr(step, "rows_touched_by_setup", None)

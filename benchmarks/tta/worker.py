@@ -28,10 +28,18 @@ from .config import SCRIPT
 from .runners import run_numpyro, run_pymc
 
 
-def import_libraries(kind: str) -> None:
-    """Import what ``kind`` needs before the memory baseline is read."""
+def import_libraries(kind: str, chain_method: str | None = None, chains: int = 1) -> None:
+    """Import what ``kind`` needs before the memory baseline is read.
+
+    NumPyro's parallel chains need one JAX device per chain, which on a CPU must be asked
+    for before JAX starts.
+    """
     warnings.simplefilter("default")
     if kind in ("numpyro", "numpyro-pymc", "reference"):
+        if chain_method == "parallel":
+            import numpyro
+
+            numpyro.set_host_device_count(chains)
         import jax
 
         jax.config.update("jax_enable_x64", True)
@@ -69,7 +77,7 @@ def warning_messages(caught: list) -> list[str]:
 def worker(cfg: dict) -> None:
     """One configuration in this fresh process; writes its result to cfg["result"]."""
     kind = cfg["kind"]
-    import_libraries(kind)
+    import_libraries(kind, cfg.get("chain_method"), cfg.get("chains", 1))
     memory = PeakMemory()
     result: dict = {"label": cfg["label"], "kind": kind}
     try:
