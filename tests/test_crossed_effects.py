@@ -56,6 +56,21 @@ def crossed_model(user, item, x, y, *, items=True, slope=False):
     return model
 
 
+@pytest.fixture(scope="module")
+def models(data):
+    """Each model built once for the file: a step built on it again reuses its compiled
+    functions (a graph that a test changes is compiled anew)."""
+    built = {}
+
+    def model(build, **kwargs):
+        key = (build, tuple(sorted(kwargs.items())))
+        if key not in built:
+            built[key] = build(*data, **kwargs)
+        return built[key]
+
+    return model
+
+
 def exact_gaussian(user, item, x, y, *, items=True, slope=False):
     """Mean and covariance of the Gaussian posterior, in the model's variables' order."""
     columns = [np.ones((N_ROWS, 1)), np.eye(N_USERS)[user]]
@@ -134,8 +149,8 @@ def test_a_direction_is_kept_only_where_the_likelihood_does_not_see_it_and_spans
     ]
 
 
-def test_two_grouping_factors_are_found_and_a_vector_read_through_both_is_not(data):
-    with crossed_model(*data), warnings.catch_warnings():
+def test_two_grouping_factors_are_found_and_a_vector_read_through_both_is_not(data, models):
+    with models(crossed_model, items=True, slope=False), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         step = pmsg.SGHMC()
     groups = step.groups
@@ -158,10 +173,10 @@ def test_two_grouping_factors_are_found_and_a_vector_read_through_both_is_not(da
 @pytest.mark.parametrize(
     ("items", "slope"), [(False, True), (True, False)], ids=["one factor, a slope", "crossed"]
 )
-def test_an_intercept_outside_the_groups_prior_is_sampled_exactly(data, items, slope):
+def test_an_intercept_outside_the_groups_prior_is_sampled_exactly(data, models, items, slope):
     # Without the translation move: ESS 5-6 in 3,000 draws, means 0.43-0.49 sd off.
     step, z_mean, z_variance, min_ess = errors_in_standard_errors(
-        crossed_model(*data, items=items, slope=slope),
+        models(crossed_model, items=items, slope=slope),
         exact_gaussian(*data, items=items, slope=slope),
     )
     # mu against the users' intercepts (and the items'); never the slope (the rows see it).
@@ -182,13 +197,13 @@ def moved_once(step, positions, rng, after_finding=None):
 
 @pytest.mark.parametrize("every_candidate", [False, True], ids=["unseen ones", "every one"])
 def test_a_direction_that_the_likelihood_sees_moved_as_if_it_did_not_is_caught(
-    data, monkeypatch, every_candidate
+    data, models, monkeypatch, every_candidate
 ):
     # 3,000 exact draws of mu + a[u] + beta x, each moved once: along mu against the
     # intercepts they stay exact; with beta against them too, the moves ignore the rows.
     if every_candidate:
         monkeypatch.setattr(translations, "INVARIANCE_TOLERANCE", np.inf)
-    with crossed_model(*data, items=False, slope=True), warnings.catch_warnings():
+    with models(crossed_model, items=False, slope=True), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         step = pmsg.SGHMC()
     assert [v.name for v in step.vars] == ["mu", "a", "beta"]
@@ -204,10 +219,10 @@ def test_a_direction_that_the_likelihood_sees_moved_as_if_it_did_not_is_caught(
         assert worst < 4.5, worst
 
 
-def test_without_the_translation_move_the_intercept_is_stuck(data, monkeypatch):
+def test_without_the_translation_move_the_intercept_is_stuck(data, models, monkeypatch):
     monkeypatch.setattr(WholeGroups, "_translate", lambda self, position, rng: position)
     _, _, _, min_ess = errors_in_standard_errors(
-        crossed_model(*data, items=False), exact_gaussian(*data, items=False)
+        models(crossed_model, items=False, slope=False), exact_gaussian(*data, items=False)
     )
     assert min_ess < 50, min_ess
 
@@ -222,10 +237,10 @@ def non_centred_model(user, item, x, y):
     return model
 
 
-def translated_exact_draws(data, sigma, n_draws=3000, unscaled=False):
+def translated_exact_draws(data, models, sigma, n_draws=3000, unscaled=False):
     """Exact draws of ``(mu, z)`` given ``sigma``, each moved once along the direction."""
     user, item, x, y = data
-    with non_centred_model(*data), warnings.catch_warnings():
+    with models(non_centred_model), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         step = pmsg.SGHMC()
     assert [v.name for v in step.vars] == ["mu", "sigma_log__", "z"]
@@ -246,9 +261,11 @@ def translated_exact_draws(data, sigma, n_draws=3000, unscaled=False):
 
 
 @pytest.mark.parametrize("unscaled", [False, True], ids=["scaled by 1/sigma", "unscaled"])
-def test_a_non_centred_intercepts_direction_keeps_the_conditional_given_the_scale(data, unscaled):
+def test_a_non_centred_intercepts_direction_keeps_the_conditional_given_the_scale(
+    data, models, unscaled
+):
     # mu + δ and every z_j − δ/sigma leave mu + sigma z_j, and the likelihood, unchanged.
-    move, moved, mean, sd = translated_exact_draws(data, sigma=0.6, unscaled=unscaled)
+    move, moved, mean, sd = translated_exact_draws(data, models, sigma=0.6, unscaled=unscaled)
     assert len(move.directions) == 1
     worst = max(independent_errors(moved, mean, sd))
     if unscaled:

@@ -55,6 +55,13 @@ def model_of(group, y, centred=False, batch_size=60):
     return model
 
 
+@pytest.fixture(scope="module")
+def model(data):
+    """The non-centred model, shared: a step built on it again reuses its compiled
+    functions (a graph that a test changes is compiled anew)."""
+    return model_of(*data)
+
+
 def grid_weights(log_density):
     """``mu`` and ``tau`` on a grid and normalised weights of ``log_density(mu, tau)``.
 
@@ -141,8 +148,8 @@ def unflattened(step, position):
     return {v.name: part for v, part in zip(step.vars, parts, strict=True)}
 
 
-def test_the_non_centred_form_is_found_and_the_centred_one_is_not(data):
-    step = quiet_step(model_of(*data))
+def test_the_non_centred_form_is_found_and_the_centred_one_is_not(data, model):
+    step = quiet_step(model)
     assert step.groups.interweaving is not None and step.groups.local_move is not None
     marked = unflattened(step, np.arange(step.dim))
     expected = sorted(int(marked[name][0]) for name in ("mu", "tau_log__"))
@@ -170,9 +177,9 @@ def run_interweaving(step, position, n_moves, seed):
     return np.array(draws), np.array(intercepts)
 
 
-def interweaving_errors(data, n_moves=4000):
+def interweaving_errors(model, n_moves=4000):
     """Mean errors of ``(mu, tau)`` in Monte Carlo standard errors, and the drift of ``a``."""
-    step = quiet_step(model_of(*data))
+    step = quiet_step(model)
     z = np.random.default_rng(0).normal(size=N_GROUPS)
     position = flat_point(step, mu=0.4, tau_log__=np.log(0.5), z=z)
     a = 0.4 + 0.5 * z
@@ -184,14 +191,14 @@ def interweaving_errors(data, n_moves=4000):
     return np.array(errors), float(np.abs(intercepts - a).max())
 
 
-def test_interweaving_keeps_every_intercept_and_draws_the_globals_given_them(data):
-    errors, drift = interweaving_errors(data)
+def test_interweaving_keeps_every_intercept_and_draws_the_globals_given_them(model):
+    errors, drift = interweaving_errors(model)
     assert drift < 1e-10
     # 4 standard errors on two quantities: a false alarm has probability < 2e-4.
     assert errors.max() < 4.0, errors
 
 
-def test_interweaving_without_the_jacobian_is_caught(data, monkeypatch):
+def test_interweaving_without_the_jacobian_is_caught(model, monkeypatch):
     # The change of variables z -> a has Jacobian 1/tau per group: left out, the move
     # draws tau from p(mu, tau) Π N(z_j) instead of the conditional given a.
     recentred = interweaving.recentred
@@ -200,11 +207,13 @@ def test_interweaving_without_the_jacobian_is_caught(data, monkeypatch):
         "recentred",
         lambda a, location, scale: (recentred(a, location, scale)[0], 0.0 * scale.sum()),
     )
-    errors, _ = interweaving_errors(data)
+    errors, _ = interweaving_errors(model)
     assert errors.max() > 10.0, errors
 
 
-def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000, whole_sweep=False):
+def local_move_errors(
+    data, model, per_group=True, fixed_curvature=False, n_moves=6000, whole_sweep=False
+):
     """The local move alone, 10 of the 40 groups each time, globals held: z's errors.
 
     ``fixed_curvature``: the Newton proposal with a given curvature, 0.7 times each
@@ -213,7 +222,7 @@ def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000,
     reading its rows in place), as a step's sweep moves them.
     """
     group, y = data
-    step = quiet_step(model_of(group, y))
+    step = quiet_step(model)
     move = step.groups.local_move
     assert move.per_group is not None
     if not per_group:
@@ -250,16 +259,18 @@ def local_move_errors(data, per_group=True, fixed_curvature=False, n_moves=6000,
     [(True, False), (True, True), (False, False)],
     ids=["a test per group", "a test per group, fixed curvature", "one test"],
 )
-def test_the_local_move_draws_the_locals_given_the_globals(data, per_group, fixed_curvature):
-    worst_mean, worst_variance = local_move_errors(data, per_group, fixed_curvature)
+def test_the_local_move_draws_the_locals_given_the_globals(data, model, per_group, fixed_curvature):
+    worst_mean, worst_variance = local_move_errors(data, model, per_group, fixed_curvature)
     # 4.5 standard errors over 40 coordinates: a false alarm has probability < 3e-4.
     assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
 
 
-def test_the_sweep_in_chunks_read_in_place_draws_the_locals_given_the_globals(data, monkeypatch):
+def test_the_sweep_in_chunks_read_in_place_draws_the_locals_given_the_globals(
+    data, model, monkeypatch
+):
     # Chunks of about 100 rows: several compiled calls, each reading a slice of the data.
     monkeypatch.setattr(local_updates, "ROWS_PER_CALL", 100)
-    worst_mean, worst_variance = local_move_errors(data, n_moves=3000, whole_sweep=True)
+    worst_mean, worst_variance = local_move_errors(data, model, n_moves=3000, whole_sweep=True)
     assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
 
 
@@ -279,6 +290,8 @@ def test_rows_sorted_by_group_are_read_in_place_and_give_the_same_move(data, mon
     shuffled = rng.permutation(group.size)
     for rows, in_place in ((np.arange(group.size), True), (blocks, True), (shuffled, False)):
         move = sweep_of(group[rows], y[rows])
+        if rows is blocks:
+            blocks_move = move
         chunks = move.sweep_chunks()
         assert len(chunks) >= 3
         assert np.array_equal(np.sort(np.concatenate([c.groups for c in chunks])), np.arange(40))
@@ -288,7 +301,7 @@ def test_rows_sorted_by_group_are_read_in_place_and_give_the_same_move(data, mon
         )
         assert np.array_equal(np.sort(read), np.arange(group.size))
     # The same chunk read in place and gathered: the same move, from the same numbers.
-    move = sweep_of(group[blocks], y[blocks])
+    move = blocks_move
     chunk = move.sweep_chunks()[1]
     gathered = chunk._replace(rows=np.arange(chunk.rows.start, chunk.rows.stop))
     position = np.random.default_rng(4).normal(size=move.layout.dim)
@@ -302,10 +315,10 @@ def test_rows_sorted_by_group_are_read_in_place_and_give_the_same_move(data, mon
         assert sizes[chunk.groups].sum() == chunk.rows.stop - chunk.rows.start
 
 
-def test_a_local_move_with_pymcs_minibatch_scaling_is_caught(data, monkeypatch):
+def test_a_local_move_with_pymcs_minibatch_scaling_is_caught(data, model, monkeypatch):
     # Rows weighted N/n, as PyMC weights a minibatch, instead of 1: too narrow.
     monkeypatch.setattr(GroupLogDensities, "row_weight", lambda self, rows, dtype: 1.0)
-    _, worst_variance = local_move_errors(data)
+    _, worst_variance = local_move_errors(data, model)
     assert worst_variance > 10.0, worst_variance
 
 
@@ -377,8 +390,10 @@ def test_a_global_move_without_the_hastings_correction_is_caught(data, monkeypat
 
 
 @pytest.mark.statistical
-def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(data, exact_posterior):
-    with model_of(*data), warnings.catch_warnings():
+def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(
+    model, exact_posterior
+):
+    with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         idata = pm.sample(
             draws=1500, tune=1500, chains=2, cores=1, step=pmsg.SGHMC(), random_seed=4,
@@ -398,7 +413,7 @@ def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(dat
     assert ess > 200, ess
 
 
-def test_a_centred_hierarchy_without_a_mode_is_sampled_as_its_non_centred_twin(data):
+def test_a_centred_hierarchy_without_a_mode_is_sampled_as_its_non_centred_twin(data, model):
     # 40 groups, half of them with 1-3 rows: the centred joint density grows without
     # bound as tau -> 0, and the search ends in the funnel's neck (tau 5e-9, a Hessian
     # that is not finite). The step samples a = mu + tau * a_z instead, which is the
@@ -408,13 +423,13 @@ def test_a_centred_hierarchy_without_a_mode_is_sampled_as_its_non_centred_twin(d
     # amplify: measured, the draws agree to 3e-7.
     draws = {}
     for centred in (True, False):
-        model = model_of(*data, centred=centred)
-        step = quiet_step(model)
+        on = model_of(*data, centred=True) if centred else model
+        step = quiet_step(on)
         assert (step.non_centring is not None) == centred
         if centred:
             assert step.non_centring.names == ("a",)
             assert [v.name for v in step.non_centring.vars] == ["mu", "tau_log__", "a_z"]
-        idata = sample(step, model, draws=60, tune=60, random_seed=9)
+        idata = sample(step, on, draws=60, tune=60, random_seed=9)
         draws[centred] = {k: idata.posterior[k].values for k in ("mu", "tau", "a")}
     for name in ("mu", "tau", "a"):
         np.testing.assert_allclose(draws[True][name], draws[False][name], rtol=0, atol=1e-5)
@@ -563,9 +578,15 @@ def nuts_reference(counts):
     return {name: idata.posterior[name].values for name in ("mu", "sigma", "trend", "a")}
 
 
-def poisson_errors(counts, reference, seed=6):
+@pytest.fixture(scope="module")
+def minibatched_counts(counts):
+    """Shared by the two tests below: the second compiles only the move it changes."""
+    return poisson_model(*counts, batch_size=40)
+
+
+def poisson_errors(model, reference, seed=6):
     """Worst mean and variance errors of pmsg.SGHMC() against NUTS, in combined MCSEs."""
-    with poisson_model(*counts, batch_size=40), warnings.catch_warnings():
+    with model, warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         step = pmsg.SGHMC()
         idata = pm.sample(
@@ -599,15 +620,17 @@ def poisson_errors(counts, reference, seed=6):
 
 
 @pytest.mark.statistical
-def test_sghmc_defaults_match_nuts_on_a_poisson_random_intercept_model(counts, nuts_reference):
-    worst_mean, worst_variance = poisson_errors(counts, nuts_reference)
+def test_sghmc_defaults_match_nuts_on_a_poisson_random_intercept_model(
+    minibatched_counts, nuts_reference
+):
+    worst_mean, worst_variance = poisson_errors(minibatched_counts, nuts_reference)
     # 4.5 combined standard errors over 33 quantities: a false alarm has p < 3e-4.
     assert worst_mean < 4.5 and worst_variance < 4.5, (worst_mean, worst_variance)
 
 
 @pytest.mark.statistical
 def test_interweaving_without_the_jacobian_is_caught_on_the_poisson_model(
-    counts, nuts_reference, monkeypatch
+    minibatched_counts, nuts_reference, monkeypatch
 ):
     recentred = interweaving.recentred
     monkeypatch.setattr(
@@ -615,15 +638,15 @@ def test_interweaving_without_the_jacobian_is_caught_on_the_poisson_model(
         "recentred",
         lambda a, location, scale: (recentred(a, location, scale)[0], 0.0 * scale.sum()),
     )
-    worst_mean, worst_variance = poisson_errors(counts, nuts_reference)
+    worst_mean, worst_variance = poisson_errors(minibatched_counts, nuts_reference)
     assert worst_mean > 4.5 or worst_variance > 4.5, (worst_mean, worst_variance)
 
 
-def test_a_grouped_steps_gradient_noise_is_measured_on_whole_groups(data):
+def test_a_grouped_steps_gradient_noise_is_measured_on_whole_groups(model):
     # Drawn groups' locals get their exact gradient, undrawn ones do not move: the noise
     # that caps the step is the globals' alone (it was measured on rows of every group,
     # whose noise in the intercepts capped the step far lower).
-    step = quiet_step(model_of(*data))
+    step = quiet_step(model)
     position = flat_point(step, mu=0.4, tau_log__=np.log(0.5), z=np.zeros(N_GROUPS))
     variance = step.gradient_noise_variance(position, rng=np.random.default_rng(0))
     local = step.groups.grouping.layout.is_local

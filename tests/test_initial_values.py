@@ -27,7 +27,9 @@ ROWS = np.concatenate(
         np.random.default_rng(9).normal(2.0, 1.0, 300),
     ]
 )
-CHAINS, TUNE, DRAWS = 2, 300, 600
+CHAINS, TUNE, DRAWS = 1, 300, 600
+"""One chain: the tolerance is in the run's own MCSE, and what the initial values could
+break is the building of the step (the model's copies), not the mixing."""
 Z = 5.0
 """Tolerance in combined MCSE of the two runs' means (11 samplers × 4 comparisons)."""
 
@@ -64,7 +66,7 @@ def draws(idata):
 def reference():
     with mixture_model(minibatch=False):
         idata = pm.sample(
-            draws=2000,
+            draws=1000,
             tune=1000,
             chains=2,
             random_seed=1,

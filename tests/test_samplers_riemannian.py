@@ -270,7 +270,7 @@ def check_funnel(idata, reference):
 def test_sgrnphmc_with_defaults_matches_nuts_on_a_funnel(funnel_model, funnel_reference):
     with funnel_model:
         step = pmsg.SGRNPHMC(mode_kwargs={"progressbar": False})
-    check_funnel(run(step, funnel_model, draws=2000, seed=2), funnel_reference)
+    check_funnel(run(step, funnel_model, draws=1000, seed=2), funnel_reference)
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +350,7 @@ def test_rhmc_matches_nuts_on_a_funnel(funnel_model, funnel_reference):
     build_graphs_afresh()
     with funnel_model:
         step = pmsg.RHMC(step_size=0.4, n_steps=5)
-    check_funnel(run(step, funnel_model, draws=2000, seed=2), funnel_reference)
+    check_funnel(run(step, funnel_model, draws=1000, seed=2), funnel_reference)
 
 
 # -- bad input -----------------------------------------------------------------------------
