@@ -3,10 +3,9 @@
 After tuning, a grouped step measures each local coordinate's lag-1 autocorrelation on the
 second half of its tuning draws and gives a group ``k`` more moves at every draw, the fewest
 with ``ρ^(1 + k)`` at most the target. Checked here: the estimate on autoregressions of
-known ``ρ``; the count of moves; the runs of groups that one call moves; that the extra
-moves keep each group's exact conditional (a non-centred normal hierarchy whose
-conditionals are known in closed form, rows in order and shuffled); and that a step picks
-the slow groups out.
+known ``ρ``; the count of moves; that the extra moves keep each group's exact conditional (a
+non-centred normal hierarchy whose conditionals are known in closed form, rows in order
+and shuffled); and that a step picks the slow groups out.
 """
 
 import warnings
@@ -23,7 +22,6 @@ from pymc_sgmcmc.sampling.local_updates import (
     TARGET_AUTOCORRELATION,
     extra_moves,
     lag_one_autocorrelation,
-    runs_of_groups,
     updated_moments,
 )
 
@@ -74,18 +72,6 @@ def test_extra_moves_are_the_fewest_that_reach_the_target():
     assert extra_moves(np.array([0.5]))[0] == 2  # 0.5³ = 0.125
 
 
-def test_runs_of_groups_join_neighbours_closer_than_the_gap():
-    counts = np.full(12, 400)  # MERGE_GAP_ROWS = 1,000: two groups between runs are joined
-    ordered = np.arange(12)[::-1]  # the rows' order of the groups
-    selected = np.zeros(12, dtype=bool)
-    selected[[11, 9, 4, 0]] = True
-    runs = runs_of_groups(ordered, selected, counts)
-    # 11 and 9 are one group apart (400 rows): one run with 10; 4 is four groups after 9;
-    # 0 is three groups (1,200 rows) after 4.
-    assert [list(r) for r in runs] == [[11, 10, 9], [4], [0]]
-    assert runs_of_groups(ordered, np.zeros(12, dtype=bool), counts) == []
-
-
 def hierarchy_data(shuffled):
     rng = np.random.default_rng(11)
     sizes = 1 + rng.poisson(6, size=N_GROUPS)
@@ -112,8 +98,8 @@ def hierarchy_step(group, y):
 def extra_move_errors(shuffled, n_moves=3000):
     """Only the extra moves, globals held: every ``z_j``'s mean and variance errors.
 
-    The moves per group are 0-3 in a pattern, in calls of about 10 rows, so that runs
-    join, split and (with shuffled rows) gather their rows.
+    The moves per group are 0-3 in a pattern, in calls of about 10 rows, each gathering
+    its groups' rows.
     """
     group, y = hierarchy_data(shuffled)
     step = hierarchy_step(group, y)
@@ -135,8 +121,7 @@ def extra_move_errors(shuffled, n_moves=3000):
     for chunks in passes:
         for chunk in chunks:
             moved[chunk.groups] += 1
-    # Every group gets at least its own count (joined runs add their neighbours).
-    assert np.all(moved >= moves)
+    assert np.array_equal(moved, moves)
     curvature = np.ones(position.size)
     curvature[z_at] = 0.8 / variance  # a proposal that does not match must still be exact
     rng = np.random.default_rng(5)

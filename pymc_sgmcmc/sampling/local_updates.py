@@ -92,12 +92,6 @@ AUTOCORRELATION_FROM = 0.5
 tuning: the start, far from the posterior, would inflate it. On 100 draws its estimate
 has an sd of ~0.1, as large as the threshold; on the 500 of PyMC's default tuning, ~0.045."""
 
-MERGE_GAP_ROWS = 1_000
-"""Two runs of slowly mixing groups closer than this many rows are moved in one call,
-with the groups between them: a call of the per-group move costs about as much as that
-many rows (measured at 2,000 groups of 100 rows: 0.10 ms for one group, 0.15 ms for 10,
-0.7 ms for 100)."""
-
 
 def local_step_size_adapter() -> DualAverageAdaptation:
     """A fresh dual averaging of the local move's step size (PyMC's NUTS constants)."""
@@ -200,29 +194,6 @@ def extra_moves(rho: np.ndarray) -> np.ndarray:
     return np.where(slow, np.clip(needed, 1, MOST_EXTRA_MOVES), 0).astype(np.int64)
 
 
-def runs_of_groups(
-    ordered: np.ndarray, selected: np.ndarray, counts: np.ndarray
-) -> list[np.ndarray]:
-    """The ``selected`` groups of ``ordered`` (row order) in runs of neighbours.
-
-    Runs less than :data:`MERGE_GAP_ROWS` rows apart are joined, with the groups between
-    them, so that each run is one call (its rows read in place where the data are sorted
-    by group).
-    """
-    positions = np.flatnonzero(selected[ordered])
-    if positions.size == 0:
-        return []
-    rows_before = np.concatenate([[0], np.cumsum(counts[ordered])])
-    runs = [[positions[0], positions[0]]]
-    for p in positions[1:]:
-        gap = rows_before[p] - rows_before[runs[-1][1] + 1]
-        if gap < MERGE_GAP_ROWS:
-            runs[-1][1] = p
-        else:
-            runs.append([p, p])
-    return [ordered[start : stop + 1] for start, stop in runs]
-
-
 def averaged_curvature(
     average: np.ndarray | None, fitted: np.ndarray, moved: np.ndarray
 ) -> np.ndarray:
@@ -294,15 +265,16 @@ class ExactLocalMove:
         """Chunks of the extra moves: the ``m``-th list holds the groups with ``moves > m``.
 
         ``moves``: each group's extra moves per draw (:func:`extra_moves`), fixed once
-        tuning ends, so that every draw applies the same composition of exact moves.
+        tuning ends, so that every draw applies the same composition of exact moves. The
+        groups are taken in row order and their rows gathered: moving runs of neighbours
+        in place instead (runs closer than 1,000 rows joined) moved 882 of 2,000 groups
+        in 68 calls to give 15 % of them their extra move, +24 ms on a 61 ms draw.
         """
         ordered = groups_in_row_order(self.layout)
-        passes = []
-        for m in range(int(moves.max(initial=0))):
-            runs = runs_of_groups(ordered, moves > m, self.layout.counts)
-            chunks = [c for run in runs for c in self.chunks(run)]
-            passes.append([sweep_chunk(self.layout, c) for c in chunks])
-        return passes
+        return [
+            [sweep_chunk(self.layout, c) for c in self.chunks(ordered[moves[ordered] > m])]
+            for m in range(int(moves.max(initial=0)))
+        ]
 
     def chunks(self, groups: np.ndarray) -> list[np.ndarray]:
         """``groups`` in consecutive chunks of about :data:`ROWS_PER_CALL` rows (< 2x)."""
