@@ -10,6 +10,7 @@ import pytensor
 import pytensor.tensor as pt
 from helpers import draws_of, sample
 from numba.core import event
+from pytensor.compile.builders import OpFromGraph
 from pytensor.scan.op import Scan
 from scipy import stats
 
@@ -47,6 +48,42 @@ def test_scans_built_alike_have_one_key():
     assert graph_key([x], scanned(x)) == graph_key([x], scanned(x))
     assert graph_key([x], scanned(x)) != graph_key([x], scanned(x, factor=0.25))
     assert graph_key([x], scanned(x)) != graph_key([x], scanned(x, n_steps=5))
+
+
+def test_ops_with_inner_graphs_built_alike_have_one_key():
+    # A mixture's gradient holds an OpFromGraph (the derivative of its log-sum-exp),
+    # built anew with every gradient: matched by its inner graph, constants by value.
+    x = pt.vector("x")
+
+    def wrapped(values):
+        v = pt.vector("v")
+        return [OpFromGraph([v], [pt.exp(v) * pt.constant(np.asarray(values))])(x)]
+
+    assert graph_key([x], wrapped([1.0, 2.0])) is not None
+    assert graph_key([x], wrapped([1.0, 2.0])) == graph_key([x], wrapped([1.0, 2.0]))
+    assert graph_key([x], wrapped([1.0, 2.0])) != graph_key([x], wrapped([1.0, 3.0]))
+
+
+def test_a_step_built_again_on_a_mixture_reuses_its_compiled_functions():
+    rows = np.random.default_rng(1).normal(np.repeat([-2.0, 2.0], 50), 1.0)
+    with pm.Model() as model:
+        weights = pm.Dirichlet("w", np.ones(2))
+        means = pm.Normal("mus", [-1.0, 1.0], 5.0, shape=2)
+        batch = pm.Minibatch(rows, batch_size=20)
+        pm.NormalMixture("y", w=weights, mu=means, sigma=1.0, observed=batch, total_size=100)
+    gradient = pytensor.grad(model.logp(), model.value_vars)
+    assert any(
+        isinstance(node.op, OpFromGraph)
+        for node in pytensor.graph.traversal.applys_between(model.value_vars, gradient)
+    )
+    steps = []
+    for _ in range(2):
+        with model:
+            steps.append(pmsg.SGHMC(mode_kwargs={"progressbar": False}))
+    first, second = (step.trajectory_function.function for step in steps)
+    assert first is second
+    passes = [step.data_passes._function() for step in steps]
+    assert passes[0]._function is passes[1]._function
 
 
 def minibatch_model(n_rows=100, batch_size=10):
