@@ -174,7 +174,8 @@ def graph_key(inputs: list[Variable], outputs: list[Variable]) -> tuple | None:
     be equal); a constant is its type and a digest of its data; a shared variable is
     itself (it is read at every call, so the data it holds then is what counts); an
     input is its position. ``None`` where a graph holds an ``Op`` that cannot be
-    hashed, so such a graph is never matched.
+    hashed, or one with an inner graph other than a scan or an ``OpFromGraph``, so
+    such a graph is never matched.
     """
     ids: dict[Variable, tuple] = {}
     for position, variable in enumerate(inputs):
