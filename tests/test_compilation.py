@@ -8,7 +8,8 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
-from helpers import draws_of, sample
+import pytest
+from helpers import build_graphs_afresh, draws_of, sample
 from numba.core import event
 from pytensor.compile.builders import OpFromGraph
 from pytensor.scan.op import Scan
@@ -265,3 +266,144 @@ def test_float32_data_meet_float64_parameters_in_float64_products():
     value, grad_value, _ = function(at)
     np.testing.assert_allclose(value, exact, rtol=1e-13)
     np.testing.assert_allclose(grad_value, expected_gradient, rtol=1e-12)
+
+
+# The on-disk store of rewritten graphs.
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """An empty store of rewritten graphs, and a count of the compiles that rewrite."""
+    monkeypatch.setattr(compilation, "store_directory", lambda: tmp_path)
+    monkeypatch.delenv(compilation.STORE_DISABLE_VARIABLE, raising=False)
+    compiles = []
+    original = compilation.pm_compile
+
+    def counted(*args, **kwargs):
+        compiles.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(compilation, "pm_compile", counted)
+    return tmp_path, compiles
+
+
+def _weighted_sum(values, offset):
+    """``exp(x) @ values + 2 offset`` on a model of its own, its data in shared variables."""
+    build_graphs_afresh()
+    x = pt.vector("x")
+    values = pytensor.shared(np.asarray(values), name="values")
+    offset = pytensor.shared(np.asarray(offset), name="offset")
+    with pm.Model():
+        function = compile_graph([x], [pt.exp(x) @ values + 2.0 * offset])
+    return function, values, offset
+
+
+def test_a_graph_rewritten_before_is_linked_from_disk_and_reads_the_new_graphs_data(store):
+    directory, compiles = store
+    rng = np.random.default_rng(0)
+    point, data, new_data = rng.normal(size=(3, 100_000))
+    first, _, _ = _weighted_sum(data, 0.5)
+    assert len(compiles) == 1 and len(list(directory.glob("*.pkl"))) == 1
+    # Rebuilt from scratch on another model, as in another process: no rewriting, and
+    # the function reads the new shared variables, not the data stored with the first.
+    second, values, offset = _weighted_sum(new_data, 3.0)
+    assert len(compiles) == 1 and second is not first
+    assert second.trust_input
+    np.testing.assert_allclose(second(point), np.exp(point) @ new_data + 6.0, rtol=1e-12)
+    values.set_value(data)
+    offset.set_value(np.array(-1.0))
+    np.testing.assert_allclose(second(point), np.exp(point) @ data - 2.0, rtol=1e-12)
+    # The entry holds the rewritten graph, not the 800 kB of data it was compiled with.
+    assert next(directory.glob("*.pkl")).stat().st_size < data.nbytes / 4
+
+
+def test_the_shared_variables_are_linked_in_the_order_the_graph_reads_them(store):
+    directory, compiles = store
+    point = np.array([0.3, 0.7])
+
+    def difference(swapped):
+        build_graphs_afresh()
+        x = pt.vector("x")
+        a, b = pytensor.shared(np.array([1.0, 2.0])), pytensor.shared(np.array([10.0, 20.0]))
+        first, second = (b, a) if swapped else (a, b)
+        with pm.Model():
+            return compile_graph([x], [(x * first - second).sum()])
+
+    straight = difference(swapped=False)
+    swapped = difference(swapped=True)
+    assert len(compiles) == 1  # one structure: the second graph was linked from disk
+    assert straight(point) == pytest.approx((point * [1.0, 2.0] - [10.0, 20.0]).sum())
+    assert swapped(point) == pytest.approx((point * [10.0, 20.0] - [1.0, 2.0]).sum())
+
+
+def test_the_portable_key_tells_graphs_apart_as_graph_key_does():
+    x = pt.vector("x")
+
+    def graph(offset=0.0, shape=None, function=pt.exp, x=x):
+        shared = pytensor.shared(np.arange(3.0), shape=shape)
+        return [function(x) * pt.constant(np.arange(3.0) + offset) + shared]
+
+    digest, shared = compilation.portable_graph_key([x], graph())
+    assert len(shared) == 1
+    assert compilation.portable_graph_key([x], graph())[0] == digest
+    assert compilation.portable_graph_key([x], graph(offset=1.0))[0] != digest
+    assert compilation.portable_graph_key([x], graph(shape=(3,)))[0] != digest
+    assert compilation.portable_graph_key([x], graph(function=pt.log))[0] != digest
+    matrix = pt.matrix("x")
+    assert compilation.portable_graph_key([matrix], graph(x=matrix))[0] != digest
+    # A variable that is neither an input, a constant nor shared has no portable form.
+    assert compilation.portable_graph_key([x], [x + pt.vector("free")]) is None
+
+
+def test_a_stored_graph_that_does_not_link_is_compiled_and_not_read_again(store):
+    directory, compiles = store
+    _weighted_sum([1.0, 2.0, 3.0], 0.5)
+    (entry,) = directory.glob("*.pkl")
+    entry.write_bytes(b"not a pickle")
+    function, _, _ = _weighted_sum([1.0, 2.0, 3.0], 0.5)
+    assert len(compiles) == 2
+    assert entry.with_suffix(".refused").exists()
+    np.testing.assert_allclose(function(np.zeros(3)), 7.0)
+
+
+def test_the_store_can_be_switched_off(store, monkeypatch):
+    directory, compiles = store
+    monkeypatch.setenv(compilation.STORE_DISABLE_VARIABLE, "1")
+    _weighted_sum([1.0, 2.0, 3.0], 0.5)
+    _weighted_sum([1.0, 2.0, 3.0], 0.5)
+    assert len(compiles) == 2 and not list(directory.iterdir())
+
+
+def test_a_sampler_linked_from_disk_draws_what_the_compiled_one_drew(store):
+    # Everything a step compiles (mode search, trajectory, mass) comes back from disk for
+    # a second model of the same structure, and the same seed gives the same draws.
+    directory, compiles = store
+    runs = []
+    for _ in range(2):
+        build_graphs_afresh()
+        model = minibatch_model()
+        with model:
+            step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+            runs.append(draws_of(sample(step, model, draws=30, tune=30), "mu"))
+        if not runs[1:]:
+            rewritten = len(compiles)
+    assert rewritten >= 2 and len(compiles) == rewritten
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_a_one_parameter_trajectory_unpickles_linked_in_a_worker():
+    # PyTensor's rewrites left this trajectory's recurrent state read as shape (1,) and
+    # written as shape (None,), and its unpickling check refused the graph, so every
+    # worker of pm.sample(cores > 1) compiled it again.
+    model = minibatch_model()
+    with model:
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    function = step.trajectory_function.function
+    linked = pickle.loads(pickle.dumps(compilation.LinkedWhereUnpickled(function)))
+    assert linked is not None
+    inputs = step.trajectory_inputs(np.array([0.7]), 1e-3)
+    expected = step.trajectory_function.named(**inputs)
+    names = step.trajectory_function.input_names
+    got = dict(zip(expected, linked(*(inputs[name] for name in names)), strict=True))
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value)
