@@ -19,6 +19,7 @@ from helpers import build_graphs_afresh, compiled, draws_of, sample, settings, s
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.sampling import SAMPLERS, StochasticGradientStep, samplers
+from pymc_sgmcmc.sampling import step as step_module
 
 N_ROWS = 60
 
@@ -166,7 +167,14 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("sampler", SAMPLERS, ids=lambda cls: cls.__name__)
 @pytest.mark.parametrize(("change", "error", "match"), BAD_INPUTS)
-def test_bad_input_is_refused_when_the_sampler_is_created(model, sampler, change, error, match):
+def test_bad_input_is_refused_when_the_sampler_is_created(
+    model, sampler, change, error, match, monkeypatch
+):
+    # Refused before the model's graphs are built (and the mode search run on them).
+    def too_late(*args, **kwargs):
+        raise AssertionError("the arguments were checked after the model's graphs were built")
+
+    monkeypatch.setattr(step_module, "flat_logp", too_late)
     with model, pytest.raises(error, match=match):
         sampler(**(settings(sampler) | change))
 

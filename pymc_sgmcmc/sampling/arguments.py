@@ -11,6 +11,7 @@ import numpy as np
 from pymc.vartypes import continuous_types
 from pytensor.tensor.variable import TensorVariable
 
+from pymc_sgmcmc.adaptation.schedules import as_schedule
 from pymc_sgmcmc.core.validation import check_choice
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling.model_graph import is_sphere_valued
@@ -110,6 +111,10 @@ def check_step_arguments(
         raise TypeError(
             f"step_size must be a real number, a schedule or 'auto', got {step_size!r}."
         )
+    if not isinstance(step_size, str):
+        # Refused here, not when the step-size adapter is made after the mode search
+        # (a step_size of 0 or None cost a full mode search before its error).
+        as_schedule(step_size)
     if isinstance(step_size, str) and kernel.default_step_size is None:
         raise ValueError(
             f"{sampler} has no automatic step size yet: pass step_size= "
