@@ -407,3 +407,24 @@ def test_a_one_parameter_trajectory_unpickles_linked_in_a_worker():
     got = dict(zip(expected, linked(*(inputs[name] for name in names)), strict=True))
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value)
+
+
+def test_a_store_that_cannot_be_written_is_read_and_compiled_around(store, monkeypatch):
+    directory, compiles = store
+    _weighted_sum([1.0, 2.0, 3.0], 0.5)  # stored while it could be written
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(compilation, "_write_atomically", read_only)
+    monkeypatch.setattr(compilation.os, "utime", read_only)
+    linked, _, _ = _weighted_sum([1.0, 2.0, 3.0], 0.5)  # a hit, its age not updated
+    np.testing.assert_allclose(linked(np.zeros(3)), 7.0)
+    assert len(compiles) == 1
+    (entry,) = directory.glob("*.pkl")
+    entry.write_bytes(b"not a pickle")
+    compiled_again, _, _ = _weighted_sum([1.0, 2.0, 3.0], 0.5)  # no marker can be written
+    np.testing.assert_allclose(compiled_again(np.zeros(3)), 7.0)
+    assert len(compiles) == 2 and not list(directory.glob("*.refused"))
+    fresh, _, _ = _weighted_sum([4.0, 5.0, 6.0], 0.5)  # nothing can be stored
+    np.testing.assert_allclose(fresh(np.zeros(3)), 16.0)

@@ -527,9 +527,11 @@ class RewrittenGraphStore:
         except Exception:  # noqa: BLE001 -- any failure to link falls back to compiling
             # A file truncated by a full disk, or written by a version whose classes
             # moved (the versions are in the key, but a local edit is not).
-            _write_atomically(refused, b"")
+            with contextlib.suppress(OSError):  # a read-only store: tried again next time
+                _write_atomically(refused, b"")
             return None
-        os.utime(self.path)
+        with contextlib.suppress(OSError):  # its age, for the pruning; read-only: kept
+            os.utime(self.path)
         return function
 
     def save(self, function: Any) -> None:
