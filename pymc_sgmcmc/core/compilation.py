@@ -44,7 +44,8 @@ from pymc.pytensorf import compile as pm_compile
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.op import HasInnerGraph
 from pytensor.graph.rewriting.basic import dfs_rewriter, node_rewriter
 from pytensor.graph.traversal import toposort
@@ -370,7 +371,7 @@ def portable_graph_key(
 
     try:
         structure = _portable_structure(inputs, outputs, leaf)
-    except _NotPortableError:
+    except (_NotPortableError, RecursionError):
         return None
     if constant_bytes[0] > STORE_CONSTANT_BYTES:
         return None
@@ -412,6 +413,9 @@ def _portable(value: Any) -> Any:
     """``value`` as nested tuples of str, int, float, bool and None, or raise."""
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return value
+    if isinstance(value, Variable | Apply | AbstractFunctionGraph):
+        # A graph held in an Op's settings (a fused scalar Op's inner graph): not walked.
+        raise _NotPortableError(f"a graph in an Op's settings: {value}")
     if isinstance(value, tuple | list):
         return tuple(_portable(v) for v in value)
     if isinstance(value, Mapping):  # a dict, or the frozendict of an Op's settings
