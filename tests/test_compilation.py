@@ -11,8 +11,10 @@ import pytensor.tensor as pt
 import pytest
 from helpers import build_graphs_afresh, draws_of, sample
 from numba.core import event
+from pytensor import scalar
 from pytensor.compile.builders import OpFromGraph
 from pytensor.scan.op import Scan
+from pytensor.tensor.elemwise import Elemwise
 from scipy import stats
 
 import pymc_sgmcmc as pmsg
@@ -351,8 +353,12 @@ def test_the_portable_key_tells_graphs_apart_as_graph_key_does():
     assert compilation.portable_graph_key([x], graph(function=pt.log))[0] != digest
     matrix = pt.matrix("x")
     assert compilation.portable_graph_key([matrix], graph(x=matrix))[0] != digest
-    # A variable that is neither an input, a constant nor shared has no portable form.
+    # A variable that is neither an input, a constant nor shared has no portable form,
+    # nor has a graph held in an Op's settings (a fused scalar Op's inner graph).
     assert compilation.portable_graph_key([x], [x + pt.vector("free")]) is None
+    a, b = scalar.float64("a"), scalar.float64("b")
+    fused = Elemwise(scalar.Composite([a, b], [scalar.add(scalar.exp(a), b)]))
+    assert compilation.portable_graph_key([x], [fused(x, x)]) is None
 
 
 def test_a_stored_graph_that_does_not_link_is_compiled_and_not_read_again(store):
