@@ -4,6 +4,7 @@ import gc
 import pickle
 import weakref
 
+import cloudpickle
 import numpy as np
 import pymc as pm
 import pytensor
@@ -87,6 +88,19 @@ def test_a_step_built_again_on_a_mixture_reuses_its_compiled_functions():
     assert first is second
     passes = [step.data_passes._function() for step in steps]
     assert passes[0]._function is passes[1]._function
+    # The step travels to pm.sample's worker processes ("forkserver", "spawn") with its
+    # trajectory: the log-sum-exp derivative's gradient caches, local functions, made
+    # that fail with AttributeError.
+    worker_step = cloudpickle.loads(cloudpickle.dumps(steps[0]))  # as pm.sample does
+    point = np.array([0.2, -1.0, 1.5])
+    inputs = steps[0].trajectory_inputs(point, 1e-3)
+    names = steps[0].trajectory_function.input_names
+    for ours, theirs in zip(
+        steps[0].trajectory_function(*(inputs[name] for name in names)),
+        worker_step.trajectory_function(*(inputs[name] for name in names)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(ours, theirs)
 
 
 def minibatch_model(n_rows=100, batch_size=10):
