@@ -89,10 +89,8 @@ class LinkedWhereUnpickled:
 
     def __reduce__(self) -> tuple:
         function = self.function
-        function.free()  # intermediate results are not pickled
-        buffer = io.BytesIO()
-        _GraphPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(function.maker)
-        return (_link, (buffer.getvalue(), list(function.input_storage), function.trust_input))
+        maker = _pickled_maker(function, _GraphPickler)
+        return (_link, (maker, list(function.input_storage), function.trust_input))
 
 
 class _GraphPickler(pickle.Pickler):
@@ -113,6 +111,14 @@ class _GraphPickler(pickle.Pickler):
 
 def _bare_instance(kind: type) -> Any:
     return kind.__new__(kind)
+
+
+def _pickled_maker(function: Any, pickler: type[pickle.Pickler]) -> bytes:
+    """``function``'s rewritten graph (its ``FunctionMaker``), pickled by ``pickler``."""
+    function.free()  # intermediate results are not pickled
+    buffer = io.BytesIO()
+    pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(function.maker)
+    return buffer.getvalue()
 
 
 def _link(maker: bytes, storage: list, trust_input: bool) -> Any:
@@ -425,6 +431,8 @@ def _portable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return ("scalar", value.dtype.str, repr(value.item()))
     if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:  # its bytes are addresses, not values
+            raise _NotPortableError(f"an array of objects {value!r}")
         digest = hashlib.sha256(np.ascontiguousarray(value).data).hexdigest()
         return ("array", value.dtype.str, value.shape, digest)
     if isinstance(value, enum.Enum):
@@ -489,10 +497,10 @@ class RewrittenGraphStore:
     digest, the rewritten function's pickle with its shared variables (the data, the
     model's values) left out by their order in the graph, so that the function linked
     from it reads the shared variables of the graph at hand, as the freshly compiled one
-    would. It sits in PyTensor's ``compiledir``, which PyTensor's own cache-clearing
-    command leaves alone (delete its ``pymc_sgmcmc-graphs`` folder); entries unused for
-    :data:`STORE_MAX_AGE_DAYS` are deleted. Unpickling runs code named in the file, as
-    loading PyTensor's compiled modules from the same folder does.
+    would. It sits in PyTensor's ``compiledir`` (delete its ``pymc_sgmcmc-graphs`` folder
+    to empty it); entries unused for :data:`STORE_MAX_AGE_DAYS` are deleted. Unpickling
+    runs code named in the file, as loading PyTensor's compiled modules from the same
+    folder does.
     """
 
     path: Path
@@ -553,16 +561,14 @@ class RewrittenGraphStore:
                     return ("container", containers[id(obj)])
                 return None
 
-        function.free()  # intermediate results are not pickled
-        buffer = io.BytesIO()
         try:
-            Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(function.maker)
+            maker = _pickled_maker(function, Pickler)
         except (_NotPortableError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _prune_once(self.path.parent)
-            _write_atomically(self.path, buffer.getvalue())
+            _write_atomically(self.path, maker)
         except OSError:  # a read-only compiledir: compile every time, as without the store
             return
 
