@@ -18,7 +18,10 @@ minibatched arrays as placeholders, fed the rows themselves:
 
 from __future__ import annotations
 
+import pickle
 import sys
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -243,11 +246,11 @@ class FullDataPass:
     ) -> tuple[float, np.ndarray]:
         """The pass as one task per chunk on ``client``'s workers, summed here in order.
 
-        The compiled function and the sources go to every worker once per client (a
-        scattered object each worker unpickles once, linking the function there); a task
-        carries only the position and its row ranges. The chunks' results are added in
-        chunk order, as in-process, so the two agree to the last bit where the workers
-        compute as this process does.
+        The compiled function and the sources are scattered to every worker once per
+        client; a worker links the function once, even where Dask drops and sends the
+        replica again between passes. A task carries only the position and its row
+        ranges. The chunks' results are added in chunk order, as in-process, so the two
+        agree to the last bit where the workers compute as this process does.
         """
         shipped = self._shipped.get(client.id)
         if shipped is None:
@@ -332,6 +335,15 @@ class ChunkEvaluator:
 
     def __init__(self, function: WeightedRows, groups: list[tuple[list, list]]) -> None:
         self.function, self.groups = function, groups
+        self.token = uuid.uuid4().hex
+
+    def __reduce__(self) -> tuple:
+        # Dask's memory manager drops the replicas a broadcast made once no task waits on
+        # them (its ReduceReplicas policy, every 2 s by default), so a worker may receive
+        # the evaluator again at every pass. The state travels pickled inside the pickle so
+        # that a worker holding it already skips linking the function again.
+        state = pickle.dumps((self.function, self.groups), protocol=pickle.HIGHEST_PROTOCOL)
+        return _evaluator_linked_once, (self.token, state)
 
     def __call__(
         self, position: np.ndarray, ranges: list[tuple[int, int]], prior_weight, weights
@@ -346,6 +358,34 @@ class ChunkEvaluator:
         # inputs, so each is made an aligned, contiguous copy where it is not.
         position = np.require(position, requirements=["A", "C"])
         return self.function(position, self.function.as_inputs(arrays), prior_weight, weights)
+
+
+class _LinkedEvaluators:
+    """The evaluators this process unpickled, by token: the few used last are kept."""
+
+    def __init__(self, kept: int = 4) -> None:
+        self.kept, self.links = kept, 0
+        self._by_token: OrderedDict[str, ChunkEvaluator] = OrderedDict()
+
+    def get(self, token: str, state: bytes) -> ChunkEvaluator:
+        """The evaluator ``token`` names, unpickled from ``state`` unless already kept."""
+        evaluator = self._by_token.get(token)
+        if evaluator is None:
+            evaluator = ChunkEvaluator(*pickle.loads(state))
+            evaluator.token = token
+            self.links += 1
+            self._by_token[token] = evaluator
+            while len(self._by_token) > self.kept:
+                self._by_token.popitem(last=False)
+        self._by_token.move_to_end(token)
+        return evaluator
+
+
+LINKED_EVALUATORS = _LinkedEvaluators()
+
+
+def _evaluator_linked_once(token: str, state: bytes) -> ChunkEvaluator:
+    return LINKED_EVALUATORS.get(token, state)
 
 
 def _evaluate_chunk(evaluator: ChunkEvaluator, *arguments: Any) -> tuple[float, np.ndarray]:
