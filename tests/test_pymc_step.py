@@ -161,6 +161,22 @@ def test_a_pickled_step_computes_what_the_original_does(minibatch_model):
         np.testing.assert_array_equal(outputs[name], value, err_msg=name)
 
 
+def test_a_step_sent_to_worker_processes_carries_the_data_once():
+    # PyMC pickles the step once for all its "forkserver"/"spawn" workers; the compiled
+    # trajectory's graph reads the model's data through the same shared variables.
+    rows = np.random.default_rng(3).normal(size=500_000)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, PRIOR_SD)
+        batch = pm.Minibatch(rows, batch_size=BATCH_SIZE)
+        pm.Normal("obs", mu, 1.0, observed=batch, total_size=rows.size)
+        step = compiled(pmsg.SGHMC(step_size=0.01, n_steps=5))
+    pickled = cloudpickle.dumps(step)
+    assert rows.nbytes < len(pickled) < 1.25 * rows.nbytes
+    copy = cloudpickle.loads(pickled)
+    inputs = step.trajectory_inputs(np.array([0.3]), 0.01)
+    assert copy.trajectory_function.named(**inputs) is not None
+
+
 # -- minibatches ----------------------------------------------------------------------
 
 

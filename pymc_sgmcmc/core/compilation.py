@@ -89,8 +89,25 @@ class LinkedWhereUnpickled:
 
     def __reduce__(self) -> tuple:
         function = self.function
-        maker = _pickled_maker(function, _GraphPickler)
-        return (_link, (maker, list(function.input_storage), function.trust_input))
+        referenced: list[Any] = []
+        positions: dict[int, int] = {}
+
+        class Pickler(_GraphPickler):
+            # The shared variables and containers the graph reads travel in the outer
+            # pickle, beside the function's input storage and the step's own references
+            # to them, so that their data are pickled once (pickled with the graph, a
+            # model's data went twice into the step sent to each worker process).
+            def persistent_id(self, obj: Any) -> int | None:
+                if not isinstance(obj, SharedVariable | Container):
+                    return None
+                if id(obj) not in positions:
+                    positions[id(obj)] = len(referenced)
+                    referenced.append(obj)
+                return positions[id(obj)]
+
+        maker = _pickled_maker(function, Pickler)
+        arguments = (maker, referenced, list(function.input_storage), function.trust_input)
+        return (_link, arguments)
 
 
 class _GraphPickler(pickle.Pickler):
@@ -121,10 +138,14 @@ def _pickled_maker(function: Any, pickler: type[pickle.Pickler]) -> bytes:
     return buffer.getvalue()
 
 
-def _link(maker: bytes, storage: list, trust_input: bool) -> Any:
+def _link(maker: bytes, referenced: list, storage: list, trust_input: bool) -> Any:
+    class Unpickler(pickle.Unpickler):
+        def persistent_load(self, position: int) -> Any:
+            return referenced[position]
+
     with pytensor.config.change_flags(**LINK_FLAGS), _rewritten_scans_unpickle():
         try:
-            function = pickle.loads(maker).create(storage)
+            function = Unpickler(io.BytesIO(maker)).load().create(storage)
         except (TypeError, ValueError):
             return None
     function.trust_input = trust_input
