@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
+import scipy.special
 
 
 def subsample_offsets(
@@ -63,7 +63,7 @@ def monte_carlo_interval(
     n = q_samples.shape[0]
     mean = q_samples.mean(axis=0)
     var = (q_samples**2).mean(axis=0) - mean**2
-    z = scipy.stats.norm.ppf(1.0 - alpha / 2.0)
+    z = scipy.special.ndtri(1.0 - alpha / 2.0)
     return mean, z * np.sqrt(np.maximum(var, 0.0) / n)
 
 

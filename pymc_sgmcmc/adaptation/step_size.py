@@ -6,7 +6,7 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.stats
+import scipy.special
 from pymc.step_methods.state import DataClassState, dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
@@ -131,7 +131,7 @@ def acceptance_limited_step_size(
     total = float(np.sum(noise_variance))
     if total <= 0.0:
         return math.inf
-    sigma = -2.0 * float(scipy.stats.norm.ppf(target_accept / 2.0))
+    sigma = -2.0 * float(scipy.special.ndtri(target_accept / 2.0))
     return sigma / math.sqrt((n_steps - 0.5) * total)
 
 

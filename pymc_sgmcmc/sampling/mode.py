@@ -23,7 +23,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.model import modelcontext
 from pymc.util import get_value_vars_from_user_vars
@@ -489,6 +488,10 @@ def _lbfgs(evaluate, position, total_rows, maxiter, gtol, progress, task):
             "there is no direction to climb. Pass start= a point inside the support (e.g. "
             "positive scales), or check the data for values the likelihood cannot take."
         )
+    # Imported here: 0.3 s that a worker process of pm.sample, which unpickles this
+    # module with the step, would pay before its first draw.
+    import scipy.optimize
+
     result = scipy.optimize.minimize(
         negative,
         position,
