@@ -473,3 +473,43 @@ def test_a_grouped_hessian_is_differenced_whole_in_one_pair_per_kind_of_paramete
     coupled[2, 4] = coupled[4, 2] = 1.0
     wrong = grouped_hessian_by_differences(lambda x: coupled @ x, position, scale, locals_)
     assert not np.allclose(wrong.diagonal(), np.diag(coupled), rtol=1e-3)
+
+
+def test_the_forward_difference_hessian_is_exact_on_a_quadratic_and_first_order_otherwise():
+    from pymc_sgmcmc.sampling.optimize import hessian_by_forward_differences
+
+    rng = np.random.default_rng(4)
+    dim = 6
+    root = rng.normal(size=(dim, dim))
+    quadratic = -(root @ root.T) - np.eye(dim)
+    position, scale = rng.normal(size=dim), rng.uniform(0.5, 2.0, dim)
+    calls = []
+
+    def gradient(x):
+        calls.append(1)
+        return quadratic @ x
+
+    at = gradient(position)
+    calls.clear()
+    estimate = hessian_by_forward_differences(gradient, position, scale, at)
+    assert len(calls) == dim  # the gradient at the point is not computed again
+    np.testing.assert_allclose(estimate, quadratic, rtol=1e-7, atol=1e-7)
+    np.testing.assert_array_equal(estimate, estimate.T)
+
+    # A logistic regression's log density: the error is h/2 times the third
+    # derivative, so it halves with the step.
+    X = rng.normal(size=(200, dim))
+    y = (rng.random(200) < 0.5).astype(float)
+
+    def logistic_gradient(w):
+        return X.T @ (y - 1 / (1 + np.exp(-X @ w))) - w
+
+    p = 1 / (1 + np.exp(-X @ position))
+    exact = -(X.T * (p * (1 - p))) @ X - np.eye(dim)
+    sd = 1 / np.sqrt(-np.diag(exact))
+    errors = [
+        np.max(np.abs(hessian_by_forward_differences(logistic_gradient, position, s) - exact))
+        for s in (1e2 * sd, 5e1 * sd)  # steps of a hundredth and a two-hundredth of an sd
+    ]
+    assert 1.8 < errors[0] / errors[1] < 2.2
+    assert errors[0] < 1e-2 * np.max(np.abs(exact))

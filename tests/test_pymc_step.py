@@ -165,7 +165,7 @@ def test_a_step_sent_to_worker_processes_carries_the_data_once():
     # PyMC pickles the step once for all its "forkserver"/"spawn" workers; the compiled
     # trajectory's graph reads the model's data through the same shared variables.
     rows = np.random.default_rng(3).normal(size=500_000)
-    with pm.Model() as model:
+    with pm.Model():
         mu = pm.Normal("mu", 0.0, PRIOR_SD)
         batch = pm.Minibatch(rows, batch_size=BATCH_SIZE)
         pm.Normal("obs", mu, 1.0, observed=batch, total_size=rows.size)
