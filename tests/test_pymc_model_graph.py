@@ -77,6 +77,29 @@ def test_single_minibatch_logp_is_scaled_minibatch_likelihood_plus_prior_and_jac
     assert logp(np.array([0.2, 0.1]), rows) == pytest.approx(expected(0.2, 0.1, rows))
 
 
+def test_a_model_changed_after_a_step_was_built_gets_its_new_terms(data):
+    # PyMC's per-variable terms are built once per model structure and reused by later
+    # steps on the same model; a variable added since is a new structure.
+    x, _, z = data
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("obs", mu, 1.0, observed=pm.Minibatch(x, batch_size=5), total_size=N_ROWS)
+    first = flat_logp(model, [model.rvs_to_values[mu]], model.initial_point())
+    again = flat_logp(model, [model.rvs_to_values[mu]], model.initial_point())
+    assert again.groups[0].batches == first.groups[0].batches  # the same graphs, reused
+    rows = np.arange(5)
+    before = logp_of_position_and_rows(first)(np.array([0.7]), rows)
+    assert logp_of_position_and_rows(again)(np.array([0.7]), rows) == before
+    with model:
+        tau = pm.Normal("tau", 0.0, 2.0)
+        pm.Potential("pull", -0.5 * (mu - tau) ** 2)
+    value_vars = [model.rvs_to_values[mu], model.rvs_to_values[tau]]
+    changed = flat_logp(model, value_vars, model.initial_point())
+    after = logp_of_position_and_rows(changed)(np.array([0.7, -0.4]), rows)
+    expected = before + st.norm(0, 2).logpdf(-0.4) - 0.5 * (0.7 + 0.4) ** 2
+    assert after == pytest.approx(expected, rel=1e-10)
+
+
 def test_detached_logp_has_no_minibatch_op_and_no_random_generator(data):
     x, _, _ = data
     with pm.Model() as model:

@@ -23,6 +23,7 @@ import inspect
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 import pytensor
@@ -348,47 +349,18 @@ def row_logp(
         When a term reads the rows of two ``pm.Minibatch`` calls (their rows could not be
         matched chunk by chunk).
     """
-    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
-    from pytensor.graph.fg import FunctionGraph
     from pytensor.graph.replace import clone_replace
 
-    placeholders: list[list[Variable]] = [[] for _ in flat.groups]
-    if flat.groups:
-        with initial_values_set_aside(model):
-            fgraph, _ = fgraph_from_model(model)
-        keep_the_models_data(fgraph, model)
-        replacements = {}
-        for node in fgraph.apply_nodes:
-            if not isinstance(node.op, MinibatchOp):
-                continue
-            k = _group_of(node, flat.groups)
-            if not placeholders[k]:
-                # Only the number of rows varies; a static column count keeps shape
-                # inference (and Numba's first compile) as cheap as with fixed rows.
-                placeholders[k] = [
-                    out.type.clone(shape=(None, *out.type.shape[1:]))(name=f"rows_{k}_{j}")
-                    for j, out in enumerate(node.outputs[:-1])
-                ]
-            replacements.update(zip(node.outputs[:-1], placeholders[k], strict=True))
-        outputs = _replace_rebuilding(fgraph.outputs, replacements)
-        rebuilt = FunctionGraph(outputs=outputs, clone=False)
-        rebuilt._coords = fgraph._coords  # lost by the rebuild, as PyMC notes
-        rebuilt._dim_lengths = fgraph._dim_lengths
-        row_model = model_from_fgraph(rebuilt, mutate_fgraph=True)
-    else:
-        row_model = model
+    terms_of_model = _terms_of_model(model, flat.groups, elementwise)
+    placeholders = terms_of_model.placeholders
     names = {v.name for v in vars}
-    values = {v.name: v for v in row_model.value_vars}
+    values = {v.name: v for v in terms_of_model.value_vars}
     row_vars = [values[v.name] for v in vars]
     shared_by_name = {v.name: s for v, s in flat.shared.items()}
-    row_shared = {v: shared_by_name[v.name] for v in row_model.value_vars if v.name not in names}
-    variables = [*row_model.basic_RVs, *row_model.potentials]
-    raw_terms = [row_model.logp(vars=[rv], sum=not elementwise) for rv in variables]
-    if elementwise:
-        raw_terms = [term for (term,) in raw_terms]
-    raw_terms = simplify_log_density(raw_terms)
-    sizes = total_sizes_as_inputs(model, row_model.basic_RVs)
-    raw_terms = graph_replace(raw_terms, sizes, strict=False) if sizes else raw_terms
+    row_shared = {
+        v: shared_by_name[v.name] for v in terms_of_model.value_vars if v.name not in names
+    }
+    variables, raw_terms = terms_of_model.variables, terms_of_model.raw_terms
     joined, position = join_nonshared_inputs(initial_point, raw_terms, row_vars, row_shared)
     joined = clone_replace(joined, {position: flat.position})
 
@@ -416,6 +388,82 @@ def row_logp(
         prior=prior, terms=terms, scaled=scaled, placeholders=placeholders,
         position=flat.position, prior_terms=prior_terms,
     )  # fmt: skip
+
+
+class _TermsOfModel(NamedTuple):
+    """The per-variable log density terms of a model rebuilt on minibatch placeholders."""
+
+    variables: list[Variable]
+    """The rebuilt model's random variables and potentials, one per term."""
+    raw_terms: list[Variable]
+    """Their terms, in the rebuilt model's value variables."""
+    value_vars: list[Variable]
+    placeholders: list[list[Variable]]
+    """Per group, one placeholder per array of its ``pm.Minibatch`` call."""
+
+
+_TERMS_OF_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per model: :func:`_terms_of_model` by the model's structure, the groups and the form."""
+
+
+def _terms_of_model(model, groups: list[MinibatchGroup], elementwise: bool) -> _TermsOfModel:
+    """PyMC's log density terms of ``model``, its minibatches replaced by placeholders.
+
+    Built once per model structure (its variables, values, potentials and transforms),
+    groups and form (summed or ``elementwise``): PyMC's ``model.logp`` takes ~0.1 s a
+    variable on a small model, and a step asked for these terms three times, each step
+    on a model again (measured: ~45 % of building a step on a 60-row model, compile
+    cache warm). Later calls get the same graphs, placeholders included; the data are
+    the model's shared variables, so ``pm.set_data`` reaches them all the same.
+    """
+    from pymc.model.fgraph import fgraph_from_model, model_from_fgraph
+    from pytensor.graph.fg import FunctionGraph
+
+    key = (
+        tuple(map(id, model.basic_RVs)),
+        tuple(map(id, model.potentials)),
+        tuple(map(id, model.value_vars)),
+        tuple((id(rv), id(transform)) for rv, transform in model.rvs_to_transforms.items()),
+        tuple((id(g.rng), *map(id, g.data)) for g in groups),
+        elementwise,
+    )
+    built = _TERMS_OF_MODEL.setdefault(model, {})
+    if key in built:
+        return built[key]
+    placeholders: list[list[Variable]] = [[] for _ in groups]
+    if groups:
+        with initial_values_set_aside(model):
+            fgraph, _ = fgraph_from_model(model)
+        keep_the_models_data(fgraph, model)
+        replacements = {}
+        for node in fgraph.apply_nodes:
+            if not isinstance(node.op, MinibatchOp):
+                continue
+            k = _group_of(node, groups)
+            if not placeholders[k]:
+                # Only the number of rows varies; a static column count keeps shape
+                # inference (and Numba's first compile) as cheap as with fixed rows.
+                placeholders[k] = [
+                    out.type.clone(shape=(None, *out.type.shape[1:]))(name=f"rows_{k}_{j}")
+                    for j, out in enumerate(node.outputs[:-1])
+                ]
+            replacements.update(zip(node.outputs[:-1], placeholders[k], strict=True))
+        outputs = _replace_rebuilding(fgraph.outputs, replacements)
+        rebuilt = FunctionGraph(outputs=outputs, clone=False)
+        rebuilt._coords = fgraph._coords  # lost by the rebuild, as PyMC notes
+        rebuilt._dim_lengths = fgraph._dim_lengths
+        row_model = model_from_fgraph(rebuilt, mutate_fgraph=True)
+    else:
+        row_model = model
+    variables = [*row_model.basic_RVs, *row_model.potentials]
+    raw_terms = [row_model.logp(vars=[rv], sum=not elementwise) for rv in variables]
+    if elementwise:
+        raw_terms = [term for (term,) in raw_terms]
+    raw_terms = simplify_log_density(raw_terms)
+    sizes = total_sizes_as_inputs(model, row_model.basic_RVs)
+    raw_terms = graph_replace(raw_terms, sizes, strict=False) if sizes else raw_terms
+    built[key] = _TermsOfModel(variables, raw_terms, list(row_model.value_vars), placeholders)
+    return built[key]
 
 
 @contextmanager
