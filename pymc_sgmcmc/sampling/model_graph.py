@@ -184,7 +184,7 @@ def flat_logp(model, vars: list[Variable], initial_point: dict[str, np.ndarray])
             point_values[v] = pytensor.shared(np.asarray(initial_point[v.name]), name=v.name)
         shared[v] = point_values[v]
         shared[v].set_value(np.asarray(initial_point[v.name]))
-    [logp] = simplify_log_density([model.logp()])
+    logp = _model_logp(model)
     sizes = total_sizes_as_inputs(model, model.basic_RVs)
     logp = graph_replace(logp, sizes, strict=False) if sizes else logp
     [logp], position = join_nonshared_inputs(initial_point, [logp], vars, shared)
@@ -402,6 +402,29 @@ class _TermsOfModel(NamedTuple):
     """Per group, one placeholder per array of its ``pm.Minibatch`` call."""
 
 
+def _structure(model) -> tuple:
+    """What ``model``'s log density is built from; a variable added since changes it."""
+    return (
+        tuple(map(id, model.basic_RVs)),
+        tuple(map(id, model.potentials)),
+        tuple(map(id, model.value_vars)),
+        tuple((id(rv), id(transform)) for rv, transform in model.rvs_to_transforms.items()),
+    )
+
+
+_MODEL_LOGP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per model: its simplified log density (:func:`_model_logp`) by structure."""
+
+
+def _model_logp(model) -> Variable:
+    """``model.logp()``, simplified, built once per model structure (as :func:`_terms_of_model`)."""
+    built = _MODEL_LOGP.setdefault(model, {})
+    key = _structure(model)
+    if key not in built:
+        [built[key]] = simplify_log_density([model.logp()])
+    return built[key]
+
+
 _TERMS_OF_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """Per model: :func:`_terms_of_model` by the model's structure, the groups and the form."""
 
@@ -420,10 +443,7 @@ def _terms_of_model(model, groups: list[MinibatchGroup], elementwise: bool) -> _
     from pytensor.graph.fg import FunctionGraph
 
     key = (
-        tuple(map(id, model.basic_RVs)),
-        tuple(map(id, model.potentials)),
-        tuple(map(id, model.value_vars)),
-        tuple((id(rv), id(transform)) for rv, transform in model.rvs_to_transforms.items()),
+        _structure(model),
         tuple((id(g.rng), *map(id, g.data)) for g in groups),
         elementwise,
     )
