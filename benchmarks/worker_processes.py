@@ -1,20 +1,28 @@
 """Wall time of ``pm.sample(cores=2, mp_ctx="forkserver")`` with a step built just before.
 
-The quickstart's problem (a 100,000 × 10 logistic regression, batch 1,000), 1,000 + 1,000
-draws per chain. "forkserver" (and "spawn") pickle the step method into each worker
-process, which then links the compiled trajectory the step carries, or compiles it where
-PyTensor will not rebuild the rewritten graph. Run it against another revision with
-``PYTHONPATH=<checkout of that revision>``; the first line printed says which package ran.
+The quickstart's problem (a 100,000 × 10 logistic regression, batch 1,000; ``--rows`` and
+``--cols`` change it), 1,000 + 1,000 draws per chain. "forkserver" (and "spawn") pickle
+the step method once (with ``cloudpickle``, as PyMC does) and send it to each worker
+process, which imports the packages, unpickles the step with the model's data and links
+the compiled trajectory the step carries, or compiles it where PyTensor will not rebuild
+the rewritten graph; "fork" (``--mp-ctx fork``) copies the process instead. Printed: the
+pickled step's size, when each chain's first draw arrived (from the start of
+``pm.sample``), the wall times, and the peak resident memory of this process and of the
+largest worker. Run it against another revision with ``PYTHONPATH=<checkout of that
+revision>``; the first line printed says which package ran.
 
     bash run.sh python benchmarks/worker_processes.py --sampler SGHMC --chains 2
+    bash run.sh python benchmarks/worker_processes.py --rows 1000000 --cols 20
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 import warnings
 
+import cloudpickle
 import numpy as np
 import pymc as pm
 
@@ -37,20 +45,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sampler", default="SGHMC")
     parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--cols", type=int, default=10)
+    parser.add_argument("--mp-ctx", default="forkserver", choices=["fork", "forkserver", "spawn"])
     args = parser.parse_args()
     print("package:", pmsg.__file__, flush=True)
-    model = logistic_model()
+    model = logistic_model(args.rows, args.cols)
     start = time.perf_counter()
+    first_draws: dict[int, float] = {}
+
+    def on_draw(trace, draw) -> None:
+        first_draws.setdefault(draw.chain, time.perf_counter())
+
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
         built = time.perf_counter() - start
+        pickled = len(cloudpickle.dumps(step, protocol=-1))  # what PyMC sends each worker
+        sampling = time.perf_counter()
         pm.sample(
-            draws=1000, tune=1000, chains=args.chains, cores=2, mp_ctx="forkserver",
+            draws=1000, tune=1000, chains=args.chains, cores=2, mp_ctx=args.mp_ctx,
             step=step, random_seed=1, progressbar=False, compute_convergence_checks=False,
+            callback=on_draw,
         )  # fmt: skip
     total = time.perf_counter() - start
-    print(f"{args.sampler}, {args.chains} chains: step built in {built:.1f} s, {total:.1f} s all")
+    firsts = ", ".join(f"{first_draws[c] - sampling:.1f}" for c in sorted(first_draws))
+    # ru_maxrss is in kB on Linux; the children's is the largest worker's.
+    parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(
+        f"{args.sampler}, {args.chains} chains, {args.rows:,} × {args.cols}, {args.mp_ctx}: "
+        f"step built in {built:.1f} s, pickled {pickled / 1e6:.1f} MB, first draws at "
+        f"{firsts} s, sampling {total - built:.1f} s, {total:.1f} s all; peak memory "
+        f"{parent:.0f} MB here, {worker:.0f} MB in the largest worker"
+    )
 
 
 if __name__ == "__main__":  # worker processes import this module
