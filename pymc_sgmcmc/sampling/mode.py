@@ -36,7 +36,7 @@ from pymc_sgmcmc.sampling.optimize import (
     adam_ascent_step,
     adam_init,
     grouped_hessian_by_differences,
-    hessian_by_forward_differences,
+    hessian_by_differences,
     hessian_diagonal_by_forward_differences,
     hessian_diagonal_by_probes,
     laplace_covariance,
@@ -653,7 +653,7 @@ def _dense_hessian(finder, position, rng, sd: np.ndarray | None = None) -> np.nd
     # O(h) error at a thousandth of an sd is below the subsample's (1 / sqrt(rows)).
     at = gradient(position)
     return _at_sd_scale(
-        lambda scale: hessian_by_forward_differences(gradient, position, scale, at),
+        lambda scale: hessian_by_differences(gradient, position, scale, forward=True, at=at),
         position,
         sd,
         lambda scale: hessian_diagonal_by_forward_differences(gradient, position, scale, at),

@@ -52,46 +52,35 @@ def adam_ascent_step(
 
 
 def hessian_by_differences(
-    gradient: Callable[[np.ndarray], np.ndarray], position: np.ndarray, scale: np.ndarray
+    gradient: Callable[[np.ndarray], np.ndarray],
+    position: np.ndarray,
+    scale: np.ndarray,
+    *,
+    forward: bool = False,
+    at: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The Hessian of a log density from central differences of its gradient.
+    """The Hessian of a log density from differences of its gradient, symmetrised.
 
-    Column ``i`` is ``(g(x + h e_i) − g(x − h e_i)) / 2h`` with ``h = 1e-4 · scale_i``;
-    the result is symmetrised. SciPy's ``approx_fprime`` takes forward differences
-    only, whose error is ``O(h)`` instead of ``O(h²)``.
+    With ``h = 1e-4 · scale_i``, column ``i`` is the central difference
+    ``(g(x + h e_i) − g(x − h e_i)) / 2h`` (``2 D`` gradients, error ``O(h²)``), or with
+    ``forward`` ``(g(x + h e_i) − g(x)) / h``: ``D`` gradients besides ``at = g(x)``
+    (computed when not given), error ``h/2`` times the third derivative. Taken with ``h``
+    a thousandth of each sd, as the mode search takes it, the forward error is about a
+    thousandth of the Hessian's change over one sd. SciPy's ``approx_fprime`` takes
+    forward differences only.
     """
     dim = position.size
+    if forward and at is None:
+        at = gradient(position)
     hessian = np.empty((dim, dim))
     for i in range(dim):
         h = 1e-4 * float(scale[i])
         shift = np.zeros(dim)
         shift[i] = h
-        hessian[:, i] = (gradient(position + shift) - gradient(position - shift)) / (2 * h)
-    return 0.5 * (hessian + hessian.T)
-
-
-def hessian_by_forward_differences(
-    gradient: Callable[[np.ndarray], np.ndarray],
-    position: np.ndarray,
-    scale: np.ndarray,
-    at: np.ndarray | None = None,
-) -> np.ndarray:
-    """The Hessian of a log density from forward differences of its gradient.
-
-    Column ``i`` is ``(g(x + h e_i) − g(x)) / h`` with ``h = 1e-4 · scale_i``, the result
-    symmetrised: ``D`` gradients besides ``at = g(x)`` (computed when not given), where
-    central differences take ``2 D``. Its error is ``O(h)``: ``h/2`` times the third
-    derivative. Taken with ``h`` a thousandth of each sd, as the mode search takes it,
-    that is about a thousandth of the Hessian's change over one sd.
-    """
-    at = gradient(position) if at is None else at
-    dim = position.size
-    hessian = np.empty((dim, dim))
-    for i in range(dim):
-        h = 1e-4 * float(scale[i])
-        shifted = position.copy()
-        shifted[i] += h
-        hessian[:, i] = (gradient(shifted) - at) / h
+        if forward:
+            hessian[:, i] = (gradient(position + shift) - at) / h
+        else:
+            hessian[:, i] = (gradient(position + shift) - gradient(position - shift)) / (2 * h)
     return 0.5 * (hessian + hessian.T)
 
 
@@ -107,14 +96,8 @@ def hessian_diagonal_by_forward_differences(
     given), at an error ``O(h)``. Enough to find the scale of each coordinate before a
     Hessian is differenced at that scale.
     """
-    at = gradient(position) if at is None else at
-    diagonal = np.empty(position.size)
-    for i in range(position.size):
-        h = 1e-4 * float(scale[i])
-        shifted = position.copy()
-        shifted[i] += h
-        diagonal[i] = (gradient(shifted)[i] - at[i]) / h
-    return diagonal
+    # The same D gradients as the whole Hessian: the columns' other entries come free.
+    return np.diag(hessian_by_differences(gradient, position, scale, forward=True, at=at)).copy()
 
 
 def hessian_diagonal_by_probes(
