@@ -1,5 +1,6 @@
 """Models on out-of-core data (``pmsg.Minibatch`` of Zarr arrays) sampled as in RAM."""
 
+import pickle
 import time
 
 import arviz as az
@@ -136,6 +137,20 @@ def test_full_passes_on_a_dask_cluster_equal_those_in_ram(table, on_disk):
         # Chunk by chunk, summed in chunk order as in-process: the same to the bit.
         assert cluster_pass[0] == logp
         np.testing.assert_array_equal(cluster_pass[1], gradient)
+
+
+def test_an_evaluator_sent_again_is_not_unpickled_again_and_may_hold_a_local_function():
+    # What a Dask worker receives each time the memory manager has dropped its copy.
+    local_source = [lambda start, stop: np.arange(start, stop)]  # e.g. a map_blocks function
+    evaluator = full_data.ChunkEvaluator(None, [(local_source, [np.float64])])
+    sent = pickle.dumps(evaluator)
+    links = full_data.LINKED_EVALUATORS.links
+    first, again = pickle.loads(sent), pickle.loads(sent)
+    assert again is first and full_data.LINKED_EVALUATORS.links == links + 1
+    assert list(first.groups[0][0][0](2, 5)) == [2, 3, 4]
+    # Another evaluator is another entry.
+    other = pickle.loads(pickle.dumps(full_data.ChunkEvaluator(None, [([], [])])))
+    assert other is not first and full_data.LINKED_EVALUATORS.links == links + 2
 
 
 def _sgcv(model, **kwargs):

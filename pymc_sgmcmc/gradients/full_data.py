@@ -342,7 +342,11 @@ class ChunkEvaluator:
         # them (its ReduceReplicas policy, every 2 s by default), so a worker may receive
         # the evaluator again at every pass. The state travels pickled inside the pickle so
         # that a worker holding it already skips linking the function again.
-        state = pickle.dumps((self.function, self.groups), protocol=pickle.HIGHEST_PROTOCOL)
+        # cloudpickle, as Dask would: a source may hold a function defined in a script
+        # (a Dask array's map_blocks). Dask needs it, so it is there when this is called.
+        import cloudpickle
+
+        state = cloudpickle.dumps((self.function, self.groups), protocol=pickle.HIGHEST_PROTOCOL)
         return _evaluator_linked_once, (self.token, state)
 
     def __call__(
