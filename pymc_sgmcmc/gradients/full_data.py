@@ -331,19 +331,23 @@ class ChunkEvaluator:
         The model's log density and gradient on rows (linked again where unpickled).
     groups : list of (list of RowSource, list of dtype)
         Each minibatch group's sources and the dtypes its arrays are read in.
+    token : str, optional
+        What names it in a worker's :data:`LINKED_EVALUATORS` (a new one by default).
     """
 
-    def __init__(self, function: WeightedRows, groups: list[tuple[list, list]]) -> None:
+    def __init__(
+        self, function: WeightedRows, groups: list[tuple[list, list]], token: str | None = None
+    ) -> None:
         self.function, self.groups = function, groups
-        self.token = uuid.uuid4().hex
+        self.token = uuid.uuid4().hex if token is None else token
 
     def __reduce__(self) -> tuple:
         # Dask's memory manager drops the replicas a broadcast made once no task waits on
         # them (its ReduceReplicas policy, every 2 s by default), so a worker may receive
         # the evaluator again at every pass. The state travels pickled inside the pickle so
-        # that a worker holding it already skips linking the function again.
-        # cloudpickle, as Dask would: a source may hold a function defined in a script
-        # (a Dask array's map_blocks). Dask needs it, so it is there when this is called.
+        # that a worker holding it already skips linking the function again; pickled by
+        # cloudpickle, as Dask would, since a source may hold a function defined in a
+        # script (a Dask array's map_blocks). Dask depends on cloudpickle.
         import cloudpickle
 
         state = cloudpickle.dumps((self.function, self.groups), protocol=pickle.HIGHEST_PROTOCOL)
@@ -375,8 +379,7 @@ class _LinkedEvaluators:
         """The evaluator ``token`` names, unpickled from ``state`` unless already kept."""
         evaluator = self._by_token.get(token)
         if evaluator is None:
-            evaluator = ChunkEvaluator(*pickle.loads(state))
-            evaluator.token = token
+            evaluator = ChunkEvaluator(*pickle.loads(state), token=token)
             self.links += 1
             self._by_token[token] = evaluator
             while len(self._by_token) > self.kept:
