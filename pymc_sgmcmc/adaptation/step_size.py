@@ -92,7 +92,7 @@ def gradient_noise_ratio(step_size: float, noise_variance: np.ndarray, damping: 
     """
     if noise_variance.size == 0:
         return 0.0
-    return float(step_size * np.max(noise_variance) / (2.0 * damping))
+    return float(step_size * noise_variance.max() / (2.0 * damping))
 
 
 def noise_limited_step_size(

@@ -9,6 +9,7 @@ about divergences; :func:`pymc_sgmcmc.diagnostics` reports them per chain.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -58,7 +59,10 @@ def anchor_distance(
     """
     if anchor is None or posterior_sd is None:
         return np.nan
-    return float(np.sqrt(np.mean(((position - anchor) / posterior_sd) ** 2)))
+    scaled = (position - anchor) / posterior_sd
+    if scaled.size == 0:
+        return np.nan
+    return math.sqrt(float(scaled @ scaled) / scaled.size)
 
 
 def kinetic_temperature_departure(values: Sequence[float]) -> tuple[float, bool]:
