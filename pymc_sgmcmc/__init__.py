@@ -25,6 +25,34 @@ if not logging.root.handlers:
     if not _log.handlers:
         _log.addHandler(logging.StreamHandler())
 
+
+def _preload_in_forkserver() -> None:
+    """Have Python's forkserver import PyMC and this package once, when it starts.
+
+    ``pm.sample(cores > 1)`` with the "forkserver" start method (Python's default on
+    Linux from 3.14) forks each chain's worker from that server. The server preloads
+    ``__main__`` by default, which imports them for a script that imports them at its
+    top; from a notebook (a ``__main__`` without a file) or a script that imports them
+    inside its main block, every worker imported them itself, ~3 s a worker at every
+    ``pm.sample`` call. Names already on the list stay; a
+    server started before this import keeps its list. The list is read from a private
+    attribute because multiprocessing offers no getter; where that fails, nothing changes.
+    """
+    try:
+        import multiprocessing.forkserver
+    except ImportError:  # a platform without it (Windows)
+        return
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    current = getattr(server, "_preload_modules", None)
+    if not isinstance(current, list):
+        return
+    wanted = [name for name in ("pymc", __name__) if name not in current]
+    if wanted:
+        multiprocessing.forkserver.set_forkserver_preload([*current, *wanted])
+
+
+_preload_in_forkserver()
+
 __all__ = [
     *_samplers.__all__,
     "ConstantStepSize",

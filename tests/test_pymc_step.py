@@ -8,6 +8,8 @@ behaviour in depth on SGLD, SGHMC and SGNHT.
 
 import logging
 import math
+import subprocess
+import sys
 import warnings
 
 import arviz as az
@@ -138,6 +140,32 @@ def test_parallel_chains_in_worker_processes(parallel_chains):
     assert np.all(np.isfinite(mu))
     assert not np.allclose(mu[0], mu[1])
     assert not stat(parallel_chains, "diverging").any()
+
+
+FORKSERVER_PROBE = """
+import multiprocessing
+if __name__ == "__main__":
+    import pymc_sgmcmc
+    modules = "[m in __import__('sys').modules for m in ('pymc', 'pymc_sgmcmc')]"
+    with multiprocessing.get_context("forkserver").Pool(1) as pool:
+        print(pool.apply(eval, (modules,)))
+"""
+
+
+def test_forkserver_workers_start_with_pymc_and_the_package_imported(tmp_path):
+    # The forkserver preloads them, so a worker of pm.sample(cores > 1) forks with them
+    # instead of importing them (~3 s a worker at every call). The probe imports the
+    # package inside its main block, as a notebook's __main__ holds it: a script that
+    # imports it at the top gets it through the forkserver's default preload of
+    # __main__ (this test passes then without the preload: checked). eval is pickled by
+    # name, so the worker imports nothing to run it.
+    script = tmp_path / "probe.py"
+    script.write_text(FORKSERVER_PROBE)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[True, True]"
 
 
 def test_parallel_chains_equal_sequential_chains_with_the_same_seed(
