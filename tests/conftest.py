@@ -4,7 +4,6 @@ Compiling a trajectory is the expensive part of a test (once per step-method ins
 so step methods live in module-scoped fixtures and the models are tiny.
 """
 
-import multiprocessing
 import os
 
 import numpy as np
@@ -31,10 +30,8 @@ threadpool_limits(limits=1, user_api="blas")
 if "traceback__limit" not in os.environ.get("PYTENSOR_FLAGS", ""):
     pytensor.config.traceback__limit = 0
 
-# A user's script imports PyMC in ``__main__``, which "forkserver" preloads in the server
-# that forks every chain process; under pytest ``__main__`` is pytest's, so each chain
-# process imported PyMC itself (~3 s per worker-process test).
-multiprocessing.set_forkserver_preload(["pymc", "pymc_sgmcmc"])
+# "forkserver" chain processes fork with PyMC and the package imported: importing the
+# package puts both on the server's preload list (``pymc_sgmcmc._preload_in_forkserver``).
 
 
 @pytest.fixture(scope="module")
