@@ -34,9 +34,9 @@ def _preload_in_forkserver() -> None:
     ``__main__`` by default, which imports them for a script that imports them at its
     top; from a notebook (a ``__main__`` without a file) or a script that imports them
     inside its main block, every worker imported them itself, ~3 s a worker at every
-    ``pm.sample`` call. Names already on the list stay; a
-    server started before this import keeps its list. The list is read from a private
-    attribute because multiprocessing offers no getter; where that fails, nothing changes.
+    ``pm.sample`` call. Names already on the list stay; a server started before this
+    import keeps its list. The list is read from a private attribute because
+    multiprocessing offers no getter; where that fails, nothing changes.
     """
     try:
         import multiprocessing.forkserver

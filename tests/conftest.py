@@ -30,9 +30,6 @@ threadpool_limits(limits=1, user_api="blas")
 if "traceback__limit" not in os.environ.get("PYTENSOR_FLAGS", ""):
     pytensor.config.traceback__limit = 0
 
-# "forkserver" chain processes fork with PyMC and the package imported: importing the
-# package puts both on the server's preload list (``pymc_sgmcmc._preload_in_forkserver``).
-
 
 @pytest.fixture(scope="module")
 def observations():
