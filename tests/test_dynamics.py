@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from pymc_sgmcmc.dynamics import (
     kinetic_energy,
@@ -18,6 +19,8 @@ from pymc_sgmcmc.dynamics import (
     velocity,
 )
 from pymc_sgmcmc.dynamics.newton import (
+    anchored_newton_log_density,
+    anchored_newton_proposal,
     dense_newton_log_density,
     dense_newton_proposal,
     newton_log_density,
@@ -438,6 +441,32 @@ def test_a_newton_proposal_is_reversible_for_a_gaussian_target():
         - newton_log_density(proposal, theta, h * (m - theta), h, groups)
     )
     np.testing.assert_allclose(log_ratio, 0.0, atol=1e-12)
+
+
+def test_an_anchored_newton_proposal_is_students_t_at_the_newton_step_from_its_centre():
+    # For a Gaussian target fitted at the centre, c + g/h is the target's mean whatever c;
+    # the log density differs from SciPy's t by a constant per group, so differences
+    # between two points agree.
+    rng = np.random.default_rng(1)
+    m, h = rng.normal(size=6), rng.uniform(0.5, 4.0, size=6)
+    groups = np.arange(6).reshape(3, 2)
+    centre, nu = rng.normal(size=6), 8.0
+    gradient = h * (m - centre)
+    np.testing.assert_allclose(anchored_newton_proposal(centre, gradient, h, np.zeros(6)), m)
+    draws = anchored_newton_proposal(centre, gradient, h, rng.standard_t(nu, size=(200_000, 6)))
+    # Student's t of scale 1/√h: variance ν/((ν − 2) h). The sample variance's relative sd
+    # is sqrt((2 + κ)/n) with excess kurtosis κ = 6/(ν − 4); 5 of them.
+    variance = nu / ((nu - 2) * h)
+    tolerance = 5 * np.sqrt((2 + 6 / (nu - 4)) / draws.shape[0])
+    np.testing.assert_array_less(np.abs(draws.var(0) / variance - 1), tolerance)
+    a, b = rng.normal(size=6), rng.normal(size=6)
+    ours = anchored_newton_log_density(a, centre, gradient, h, nu, groups) - (
+        anchored_newton_log_density(b, centre, gradient, h, nu, groups)
+    )
+    reference = stats.t.logpdf(a, nu, loc=m, scale=h**-0.5) - stats.t.logpdf(
+        b, nu, loc=m, scale=h**-0.5
+    )
+    np.testing.assert_allclose(ours, reference[groups].sum(axis=1), rtol=1e-12)
 
 
 def test_a_dense_newton_proposal_is_reversible_for_a_gaussian_target():

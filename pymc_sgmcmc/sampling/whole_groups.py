@@ -6,8 +6,8 @@ runs them inside a chain (docs/hierarchical.md). Protocol, in five lines:
 - ``inputs(dtype)``: the trajectory's group constants (weights ``J/K``, rows per group) by
   compiled input name; ``draw(rng, n_minibatches)``: one trajectory's rows, bounds, mask;
 - ``after_trajectory(position, rng, tune, iteration, inverse_mass, tune_iterations)``: the
-  exact moves after a kept trajectory (every group's locals, slowly mixing groups' again
-  after tuning, the globals given them, a non-centred hierarchy's globals given its group
+  exact moves after a kept trajectory (every group's locals, from a fixed centre once
+  tuning ends, the globals given them, a non-centred hierarchy's globals given its group
   vectors, then the moves along directions the likelihood does not see);
 - ``inflate(noise)`` and ``widen(...)``: the answers to a chain's first noise measurement
   (noisy globals slowed, more groups per step where noise caps the step);
@@ -37,16 +37,14 @@ from pymc_sgmcmc.sampling.groups import (
 )
 from pymc_sgmcmc.sampling.interweaving import InterweavingMove, adapted_log_scales
 from pymc_sgmcmc.sampling.local_updates import (
-    AUTOCORRELATION_FROM,
+    CENTRE_FROM,
     CURVATURE_FIT_EVERY,
     LOCAL_GROUPS_PER_STEP,
-    DrawMoments,
     ExactLocalMove,
+    LocalsMean,
     averaged_curvature,
-    extra_moves,
-    lag_one_autocorrelation,
     local_step_size_adapter,
-    updated_moments,
+    updated_mean,
 )
 from pymc_sgmcmc.sampling.translations import TranslationMove
 
@@ -62,8 +60,8 @@ class WholeGroupsState(DataClassState):
     global_precision: Any
     global_fits: int
     noise_inflation: Any
-    draw_moments: Any
-    extra_chunks: Any
+    locals_mean: Any
+    local_centre: Any
 
 
 def noise_inflation(raw_noise: np.ndarray) -> np.ndarray | None:
@@ -170,8 +168,8 @@ class WholeGroups(WithSamplingState):
         self.global_precision = None  # fitted where the chain starts, averaged in tuning
         self.global_fits = 0
         self.noise_inflation = None  # set from the first noise measurement
-        self.draw_moments: DrawMoments | None = None  # the locals' draws during tuning
-        self.extra_chunks = None  # per factor, decided where tuning ends
+        self.locals_mean: LocalsMean | None = None  # of the locals' draws during tuning
+        self.local_centre = None  # the anchored move's, fixed where tuning ends
 
     @property
     def groups_per_step(self) -> int:
@@ -214,8 +212,8 @@ class WholeGroups(WithSamplingState):
     ) -> np.ndarray:
         """The exact moves after a kept trajectory: locals, then the globals given them.
 
-        ``tune_iterations``: the chain's tuning length, which sets where the locals'
-        autocorrelation starts to be measured (for the extra moves of slowly mixing groups).
+        ``tune_iterations``: the chain's tuning length, which sets where the locals' mean
+        (the centre of their anchored move once tuning ends) starts to be taken.
         """
         position = self._update_locals(position, rng, tune, iteration, inverse_mass)
         if self.global_move is not None:
@@ -223,9 +221,9 @@ class WholeGroups(WithSamplingState):
         if self.interweaving is not None:
             position = self._interweave(position, rng, tune, iteration)
         position = self._translate(position, rng)
-        measured = iteration >= AUTOCORRELATION_FROM * tune_iterations
+        measured = iteration >= CENTRE_FROM * tune_iterations
         if tune and measured and self.local_move.per_group is not None:
-            self.draw_moments = updated_moments(self.draw_moments, position[self.is_local])
+            self.locals_mean = updated_mean(self.locals_mean, position[self.is_local])
         return position
 
     def _update_locals(
@@ -234,8 +232,10 @@ class WholeGroups(WithSamplingState):
         """Move groups' locals by an exact, Metropolis-corrected step given the rest.
 
         With a test per group (a prior row by row), every group, in chunks of rows, then
-        every group of each other grouping factor; otherwise ``4K`` groups drawn afresh,
-        tested together.
+        every group of each other grouping factor: by the Newton move from the chain's
+        point during tuning, by the anchored move after it (its centre the locals' mean
+        over the second half of tuning). Otherwise ``4K`` groups drawn afresh, tested
+        together.
         """
         move, n_groups = self.local_move, self.n_groups
         if move.per_group is None:
@@ -255,9 +255,13 @@ class WholeGroups(WithSamplingState):
             frozen = np.nan_to_num(self.local_curvature, nan=1.0)
         # The factors' locals are distinct coordinates: one running curvature holds all.
         factor_moves = [move, *self.secondary_moves]
+        centre = None if tune or frozen is None else self._centre(position)
         for factor_move in factor_moves:
             for chunk in factor_move.sweep_chunks():
-                result = factor_move.newton_move(position, chunk, rng, frozen)
+                if centre is not None:
+                    result = factor_move.anchored_move(position, chunk, rng, frozen, centre)
+                else:
+                    result = factor_move.newton_move(position, chunk, rng, frozen)
                 position = result.position
                 if result.curvature is not None:
                     moved = np.zeros(position.size, dtype=bool)
@@ -265,29 +269,17 @@ class WholeGroups(WithSamplingState):
                     self.local_curvature = averaged_curvature(
                         self.local_curvature, result.curvature, moved
                     )
-        if tune:
-            return position
-        if self.extra_chunks is None:
-            self.extra_chunks = self._slow_groups_chunks(factor_moves)
-        for factor_move, passes in zip(factor_moves, self.extra_chunks, strict=True):
-            for chunks in passes:
-                for chunk in chunks:
-                    position = factor_move.newton_move(position, chunk, rng, frozen).position
         return position
 
-    def _slow_groups_chunks(self, factor_moves: list[ExactLocalMove]) -> list[list]:
-        """Each factor's chunks of extra moves, from its locals' autocorrelation in tuning.
+    def _centre(self, position: np.ndarray) -> np.ndarray | None:
+        """The anchored move's centre: the locals' mean over tuning, fixed where it ends.
 
-        A group gets the extra moves of its slowest local coordinate
-        (:func:`~pymc_sgmcmc.sampling.local_updates.extra_moves`); none without tuning.
+        ``None`` without tuning draws (the Newton move from the chain's point instead).
         """
-        rho = np.zeros(self.is_local.size)
-        if self.draw_moments is not None:
-            rho[self.is_local] = lag_one_autocorrelation(self.draw_moments)
-        return [
-            factor_move.extra_chunks(extra_moves(rho[factor_move.layout.local_positions].max(1)))
-            for factor_move in factor_moves
-        ]
+        if self.local_centre is None and self.locals_mean is not None:
+            self.local_centre = position.copy()
+            self.local_centre[self.is_local] = self.locals_mean.mean
+        return self.local_centre
 
     def _update_globals(
         self, position: np.ndarray, rng, tune: bool, iteration: int, inverse_mass: np.ndarray
