@@ -91,8 +91,8 @@ their squared deviations' at 1,076-1,123, all in groups of 4-15 events, even wit
 moves for the groups measured as slow. The anchored proposal, the Newton step from the
 locals' mean over tuning, gave 1,256-1,313 and 1,099-1,330 with 8 degrees of freedom,
 1,165-1,212 and 1,166-1,244 with 4, and 1,347 and 1,214 with 16 (one seed; its worst
-groups had 4-6 events); with Gaussian spread the smallest fell to 495-789, groups of 1-4
-events stuck in the conditional's long tail."""
+groups had 4-6 events); with Gaussian spread the smallest fell to 495 (789-982 with two
+moves a draw), groups of 1-4 events stuck in the conditional's long tail."""
 
 CENTRE_FROM = 0.5
 """The locals' mean, the anchored move's centre, is taken over the tuning draws after this
