@@ -239,8 +239,8 @@ class ExactLocalMove:
         bounds = np.searchsorted(rows, np.arange(ROWS_PER_CALL, rows[-1], ROWS_PER_CALL))
         return [c for c in np.split(groups, np.unique(bounds)) if c.size]
 
-    def _compile_newton(self, in_place: bool) -> None:
-        """The per-group Newton proposal and its log acceptance ratio, compiled twice.
+    def _compile_newton(self, in_place: bool, kind: str) -> None:
+        """The per-group Newton proposal and its log acceptance ratio, compiled as ``kind``.
 
         ``_newton``: with each group's curvature fitted where it stands and where it
         goes (two Hessian products per local dimension), also returning the fitted
@@ -251,6 +251,9 @@ class ExactLocalMove:
         regression) was about a tenth of the sweep. ``in_place``: the rows are a slice
         (inputs ``first`` and ``stop``), else a vector of indices (input ``rows``).
         ``_anchored``: the anchored move (:meth:`anchored_move`), with a curvature given.
+        ``kind`` (``"fit"``, ``"fixed"`` or ``"anchored"``) says which: each is compiled
+        when first used, so that a chain that never makes a kind of move (no draws after
+        tuning, a move called directly) does not compile it.
         """
         x = self.grouped.position
         dtype = x.dtype
@@ -339,18 +342,21 @@ class ExactLocalMove:
 
         student_t = pt.vector("student_t", dtype=dtype)
         centre = pt.vector("centre", dtype=dtype)
-        self._anchored[in_place] = compile_graph(
-            [x, *row_inputs, segments, groups, student_t, fixed, centre],
-            list(anchored_proposal_and_ratio()),
-            self.compile_kwargs,
-        )
         inputs = [x, *row_inputs, segments, groups, normal]
-        self._newton[in_place] = compile_graph(
-            inputs, list(proposal_and_ratio(local_fit)), self.compile_kwargs
-        )
-        self._newton_fixed[in_place] = compile_graph(
-            [*inputs, fixed], list(proposal_and_ratio(fixed_fit)[:2]), self.compile_kwargs
-        )
+        if kind == "anchored":
+            self._anchored[in_place] = compile_graph(
+                [x, *row_inputs, segments, groups, student_t, fixed, centre],
+                list(anchored_proposal_and_ratio()),
+                self.compile_kwargs,
+            )
+        elif kind == "fit":
+            self._newton[in_place] = compile_graph(
+                inputs, list(proposal_and_ratio(local_fit)), self.compile_kwargs
+            )
+        else:
+            self._newton_fixed[in_place] = compile_graph(
+                [*inputs, fixed], list(proposal_and_ratio(fixed_fit)[:2]), self.compile_kwargs
+            )
 
     def _compile(self) -> None:
         """The Hamiltonian move of a block of groups, with one energy for all of them."""
@@ -433,7 +439,7 @@ class ExactLocalMove:
         ``curvature`` (each coordinate's, e.g. averaged over tuning) replaces the one
         fitted at each point.
         """
-        in_place = self._compiled_for(chunk)
+        in_place = self._compiled_for(chunk, "fit" if curvature is None else "fixed")
         normal = rng.standard_normal(position.size).astype(position.dtype)
         arguments = [position, *self._rows(chunk), chunk.segments, chunk.groups, normal]
         if curvature is None:
@@ -463,7 +469,7 @@ class ExactLocalMove:
         at three points (the centre's gradient, the log densities at both ends) where the
         Newton move from the chain's point reads them at two, with gradients at both.
         """
-        in_place = self._compiled_for(chunk)
+        in_place = self._compiled_for(chunk, "anchored")
         dtype = position.dtype
         student_t = rng.standard_t(PROPOSAL_DEGREES_OF_FREEDOM, size=position.size)
         proposal, log_ratio = self._anchored[in_place](
@@ -473,11 +479,12 @@ class ExactLocalMove:
         )  # fmt: skip
         return per_group_test(position, chunk, proposal, log_ratio, rng, None)
 
-    def _compiled_for(self, chunk: SweepChunk) -> bool:
-        """Whether ``chunk``'s rows are read in place; the moves compiled for that."""
+    def _compiled_for(self, chunk: SweepChunk, kind: str) -> bool:
+        """Whether ``chunk``'s rows are read in place; the move of ``kind`` compiled for that."""
         in_place = isinstance(chunk.rows, slice)
-        if in_place not in self._newton:
-            self._compile_newton(in_place)
+        table = {"fit": self._newton, "fixed": self._newton_fixed, "anchored": self._anchored}
+        if in_place not in table[kind]:
+            self._compile_newton(in_place, kind)
         return in_place
 
     @staticmethod
