@@ -68,6 +68,8 @@ def anchored_newton_log_density(
     ``1/√h``: ``−(ν + 1)/2 · log(1 + h (to − c − g/h)²/ν)``; the normalising constants, the
     same at both ends of a move, are left out.
     """
+    # Not PyMC's StudentT log density: that one is symbolic only and adds the constants
+    # and parameter checks; this works on NumPy arrays and PyTensor graphs alike.
     deviation = to - centre - gradient / curvature
     log1p = namespace(curvature).log1p
     squared = curvature * deviation**2 / degrees_of_freedom
