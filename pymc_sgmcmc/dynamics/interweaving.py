@@ -8,7 +8,9 @@ augmentation) the data are constant, so the globals' conditional is cheap and ex
 
 ``log p(u | a) = log p(u, z(u)) − Σ log|S(u)| + const``, with ``z(u) = (a − L(u)) / S(u)``
 
-(the change of variables ``z → a`` has Jacobian ``Π 1/|S|``). A Gibbs update of ``u``
+(the change of variables ``z → a`` has Jacobian ``Π 1/|S|``). For rows of correlated
+effects, ``a_j = L_j(u) + F(u) z_j`` with one factor ``F`` (``mu + z @ chol.T``), ``z_j =
+F⁻¹(a_j − L_j)`` and the Jacobian is ``|det F|⁻¹`` per row. A Gibbs update of ``u``
 from it, mapped back to ``z``, leaves the joint posterior invariant, however ``(u, z)``
 was moved before; it moves the globals along the ridge ``a = const`` that a sampler in
 ``(u, z)`` crosses slowly when groups have much data (Yu and Meng, sec. 2–3).
@@ -29,6 +31,12 @@ from pytensor.graph.basic import Variable
 def recentred(a: Variable, location: Variable, scale: Variable) -> tuple[Variable, Variable]:
     """``z = (a − L) / S`` and ``log|∂z/∂a| = −Σ log|S|`` (the change of variables)."""
     return (a - location) / scale, -pt.log(pt.abs(scale)).sum()
+
+
+def recentred_rows(a: Variable, location: Variable, factor: Variable) -> tuple[Variable, Variable]:
+    """``z_j = F⁻¹(a_j − L_j)`` row by row and ``log|∂z/∂a| = −J log|det F|``."""
+    z = pt.linalg.solve(factor, (a - location).T).T
+    return z, -a.shape[0] * pt.log(pt.abs(pt.linalg.det(factor)))
 
 
 def metropolis_coordinate_sweeps(

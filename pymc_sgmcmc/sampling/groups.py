@@ -30,6 +30,7 @@ from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.traversal import ancestors
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.basic import Alloc
+from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
 from pytensor.tensor.shape import Reshape
@@ -105,7 +106,7 @@ def _rowwise_blocks(var: Variable, position: Variable, local: set, shared: set) 
         else:
             _all_blocks(node.inputs[0], position, shared)
         return
-    if isinstance(op, Dot) and node.inputs[0].type.ndim == 2:
+    if _is_matrix_product(node):
         _rowwise_blocks(node.inputs[0], position, local, shared)
         _all_blocks(node.inputs[1], position, shared)
         return
@@ -127,6 +128,16 @@ def _rowwise_blocks(var: Variable, position: Variable, local: set, shared: set) 
             _all_blocks(condition, position, shared)
         return
     raise _NotRowwiseError
+
+
+def _is_matrix_product(node) -> bool:
+    """Whether ``node`` is ``A @ B`` of a matrix ``A`` (``Dot``, or ``@``'s ``Blockwise`` of it).
+
+    Row ``i`` of the product reads row ``i`` of ``A`` and all of ``B``.
+    """
+    op = node.op
+    dot = isinstance(op, Dot) or (isinstance(op, Blockwise) and isinstance(op.core_op, Dot))
+    return dot and node.inputs[0].type.ndim == 2 and node.inputs[1].type.ndim <= 2
 
 
 def _rowwise_split(var: Variable, position: Variable) -> tuple[set, set] | None:
@@ -158,7 +169,12 @@ def _index_placeholder(index: Variable, placeholders: list[Variable]) -> Variabl
 
 
 def _group_indexings(rows: RowLogp) -> list[tuple[Variable, Variable]]:
-    """``(v[index], its placeholder)`` for each indexing of the position by a minibatch array."""
+    """``(v[index, ...], its placeholder)`` for each indexing of the position by a minibatch array.
+
+    The minibatch array indexes the leading axis; any other index must be constant
+    (``ab[group_mb, 0]``, the column of a matrix of correlated effects), so that row
+    ``i`` of the result reads row ``index[i]`` of ``v`` only.
+    """
     placeholders = list(rows.placeholders[0])
     indexings: list[tuple[Variable, Variable]] = []
     for term in rows.terms[0]:
@@ -166,12 +182,21 @@ def _group_indexings(rows: RowLogp) -> list[tuple[Variable, Variable]]:
             node = var.owner
             if node is None or not isinstance(node.op, AdvancedSubtensor):
                 continue
-            if len(node.inputs) != 2 or rows.position not in ancestors([node.inputs[0]]):
+            if isinstance(node.op.idx_list[0], slice):
+                continue  # the leading axis is not the indexed one
+            if rows.position not in ancestors([node.inputs[0]]):
+                continue
+            if any(_is_variable_index(i, rows.position, placeholders) for i in node.inputs[2:]):
                 continue
             column = _index_placeholder(node.inputs[1], placeholders)
             if column is not None and (var, column) not in indexings:
                 indexings.append((var, column))
     return indexings
+
+
+def _is_variable_index(index: Variable, position: Variable, placeholders: list) -> bool:
+    """Whether ``index`` reads the position or the minibatch (else it is a constant)."""
+    return any(v is position or v in placeholders for v in ancestors([index]))
 
 
 def _factor_layout(
@@ -263,23 +288,35 @@ class LocationScale:
     """One group-indexed vector ``a = L(u) + S(u) ⊙ z``, affine in one local block ``z``.
 
     ``value`` is ``a`` as a graph of the flat position; ``local`` is ``z``'s block.
+    ``row_size`` is 0 for an elementwise scale; for rows of correlated effects, ``a_j =
+    L_j(u) + F(u) z_j`` with one ``k × k`` factor ``F`` for every row (``mu + z @ L.T``),
+    it is ``k``.
     """
 
     value: Variable
     local: _Block
+    row_size: int = 0
 
     def location_and_scale(self, position: Variable, at: Variable) -> tuple[Variable, Variable]:
-        """``L(u)`` and ``S(u)`` at ``at`` (a graph standing for ``position``).
+        """``L(u)`` and ``S(u)`` (or ``F(u)``) at ``at`` (a graph standing for ``position``).
 
-        ``a`` with ``z`` set to 0, and its change when ``z`` goes to 1 (``a`` is affine).
+        ``a`` with ``z`` set to 0, and its change when ``z`` goes to 1 (``a`` is affine);
+        for rows, column ``c`` of ``F`` is the change of a row when ``z_j = e_c``.
         """
 
-        def value_with(fill: float) -> Variable:
+        def value_with(fill) -> Variable:
             filled = pt.set_subtensor(at[self.local.start : self.local.stop], fill)
             return clone_replace(self.value, {position: filled})
 
         location = value_with(0.0)
-        return location, value_with(1.0) - location
+        if self.row_size == 0:
+            return location, value_with(1.0) - location
+        k, n_rows = self.row_size, (self.local.stop - self.local.start) // self.row_size
+        columns = [
+            value_with(pt.tile(pt.eye(k, dtype=at.dtype)[c], n_rows))[0] - location[0]
+            for c in range(k)
+        ]
+        return location, pt.stack(columns, axis=1)
 
 
 @dataclass(frozen=True)
@@ -318,11 +355,30 @@ def _affine_in(var: Variable, block: _Block, position: Variable) -> bool:
     return False
 
 
+def _row_affine_in(var: Variable, block: _Block, position: Variable) -> bool:
+    """Whether ``var`` is provably ``L + z @ M``, ``z`` the block, ``M`` free of it.
+
+    ``M`` is ``k × k``: each row is affine in the same row of the block, by one factor.
+    """
+    node = var.owner
+    if node is None or len(block.shape) != 2:
+        return False
+    if _is_matrix_product(node) and _block_of(node.inputs[0], position) == block:
+        factor = node.inputs[1]
+        k = block.shape[1]
+        return factor.type.shape == (k, k) and not _reads(factor, block, position)
+    if not isinstance(node.op, Elemwise) or not isinstance(node.op.scalar_op, ps.Add | ps.Sub):
+        return False
+    reading = [v for v in node.inputs if _reads(v, block, position)]
+    return len(reading) == 1 and _row_affine_in(reading[0], block, position)
+
+
 def find_location_scale(rows: RowLogp, is_local: np.ndarray) -> LocationScaleHierarchy | None:
     """The non-centred form ``a = L(u) + S(u) ⊙ z`` of a grouped model, or ``None``.
 
     Every group-indexed vector of the likelihood must be affine in exactly one local
-    block (its own) and read globals; those globals must reach the likelihood through
+    block (its own: elementwise, or row by row through one factor, ``mu + z @ L.T``) and
+    read globals; those globals must reach the likelihood through
     the indexed vectors only. A centred model (``a`` itself sampled) has no such globals.
     ``is_local``: whether each coordinate is a local of any grouping factor (none of the
     globals may be).
@@ -339,9 +395,12 @@ def find_location_scale(rows: RowLogp, is_local: np.ndarray) -> LocationScaleHie
         if len(local) != 1 or not shared:
             return None
         (block,) = local
-        if not _affine_in(value, block, position):
+        if _affine_in(value, block, position):
+            parts.append(LocationScale(value, block))
+        elif _row_affine_in(value, block, position):
+            parts.append(LocationScale(value, block, row_size=block.shape[1]))
+        else:
             return None
-        parts.append(LocationScale(value, block))
         globals_ |= shared
     if not parts or len({p.local for p in parts}) != len(parts):
         return None

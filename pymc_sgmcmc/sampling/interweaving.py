@@ -21,7 +21,11 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace
 
 from pymc_sgmcmc.core.compilation import compile_graph
-from pymc_sgmcmc.dynamics.interweaving import metropolis_coordinate_sweeps, recentred
+from pymc_sgmcmc.dynamics.interweaving import (
+    metropolis_coordinate_sweeps,
+    recentred,
+    recentred_rows,
+)
 from pymc_sgmcmc.sampling.groups import LocationScaleHierarchy
 
 SWEEPS = 5
@@ -87,7 +91,10 @@ class InterweavingMove:
         for part in self.hierarchy.parts:
             block = part.local
             location, scale = part.location_and_scale(x, at_u)
-            z, log_dz_da = recentred(part.value, location, scale)
+            if part.row_size:
+                z, log_dz_da = recentred_rows(part.value, location, scale)
+            else:
+                z, log_dz_da = recentred(part.value, location, scale)
             moved = pt.set_subtensor(moved[block.start : block.stop], z.reshape((-1,)))
             log_jacobian = log_jacobian + log_dz_da
         return moved, log_jacobian

@@ -8,7 +8,10 @@ moves ``a`` and ``u`` by turns mixes the scale slowly where groups are weak.
 
 Its non-centred twin, ``a = loc(u) + scale(u) z`` with ``z ~ Normal(0, 1)``, is the same
 posterior in other coordinates (the prior of ``a`` with the Jacobian ``Π scale(u)`` is the
-standard normal of ``z``). There a grouped step has the interweaving move (the centred
+standard normal of ``z``). Correlated effects, each group's row ``a_j ~ MvNormal(mu(u),
+Σ(u))`` (a matrix of varying intercepts and slopes with an LKJ prior on ``Σ``), have the
+twin ``a_j = mu + L z_j`` with ``L`` the Cholesky factor of ``Σ`` (Jacobian ``|L|`` per
+row). There a grouped step has the interweaving move (the centred
 update of ``u`` given ``a``, Yu and Meng, "To Center or Not to Center: That Is Not the
 Question") and the exact move of every group's ``z``, and the anchor follows the chain
 during tuning (``docs/hierarchical.md``).
@@ -37,7 +40,8 @@ from pymc.model.fgraph import (
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import ancestors
-from pytensor.tensor.random.basic import NormalRV
+from pytensor.tensor.random.basic import MvNormalRV, NormalRV
+from scipy.linalg import solve_triangular
 
 from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
 from pymc_sgmcmc.sampling.model_graph import (
@@ -70,7 +74,8 @@ class NonCentring:
     ----------
     model : pm.Model
         The model in the sampled coordinates: each centred ``a`` a deterministic
-        ``loc + scale * a_z`` of a new free ``a_z ~ Normal(0, 1)``.
+        ``loc + scale * a_z`` (``mu + a_z @ L.T`` for a multivariate normal's rows) of a
+        new free ``a_z ~ Normal(0, 1)``.
     vars : list of Variable
         Its value variables in the step's order: the user's, with ``a_z`` where ``a`` is.
     names : tuple of str
@@ -84,6 +89,7 @@ class NonCentring:
     names: tuple[str, ...]
     model_point: dict[str, np.ndarray]
     _slices: list[slice]
+    _row_sizes: list[int]  # 0: elementwise scale; k: rows of k under a k x k factor
     _position: Variable
     _outputs: list[Variable]
     _function: Any = field(default=None, repr=False)
@@ -113,7 +119,7 @@ class NonCentring:
         sampled = position.copy()
         for k, where in enumerate(self._slices):
             loc, scale = values[2 * k], values[2 * k + 1]
-            sampled[where] = (position[where] - loc) / scale
+            sampled[where] = _standardised(position[where], loc, scale, self._row_sizes[k])
         return sampled
 
     def point_to_sampled(self, point: dict[str, Any], vars: list[Variable]) -> dict[str, Any]:
@@ -145,9 +151,42 @@ class NonCentring:
         user = position.copy()
         for k, where in enumerate(self._slices):
             loc, scale = values[2 * k], values[2 * k + 1]
-            user[where] = loc + scale * position[where]
+            user[where] = _located(position[where], loc, scale, self._row_sizes[k])
         self._last = (user.copy(), position.copy())
         return user
+
+    def prior_variances(self, position: np.ndarray) -> list[np.ndarray]:
+        """Each centred variable's prior variances, flat, at ``position`` (the user's).
+
+        For correlated rows, each coordinate's variance given the rest of its row (one
+        over the diagonal of ``Σ⁻¹``): the prior's share of a local's precision.
+        """
+        values = self._locations_and_scales(position)
+        variances = []
+        for k, where in enumerate(self._slices):
+            scale, row_size = values[2 * k + 1], self._row_sizes[k]
+            if row_size == 0:
+                variances.append(np.asarray(scale) ** 2)
+            else:  # 1 / diag(L⁻ᵀ L⁻¹) on every row
+                inverse = solve_triangular(scale, np.eye(row_size), lower=True)
+                conditional = 1.0 / np.sum(inverse**2, axis=0)
+                variances.append(np.tile(conditional, (where.stop - where.start) // row_size))
+        return variances
+
+
+def _located(z: np.ndarray, loc: np.ndarray, scale: np.ndarray, row_size: int) -> np.ndarray:
+    """``loc + scale z`` (elementwise), or ``loc + z Lᵀ`` row by row (``scale`` is ``L``)."""
+    if row_size == 0:
+        return loc + scale * z
+    return loc + (z.reshape(-1, row_size) @ scale.T).ravel()
+
+
+def _standardised(a: np.ndarray, loc: np.ndarray, scale: np.ndarray, row_size: int) -> np.ndarray:
+    """The inverse of :func:`_located`."""
+    if row_size == 0:
+        return (a - loc) / scale
+    deviations = (a - loc).reshape(-1, row_size)
+    return solve_triangular(scale, deviations.T, lower=True).T.ravel()
 
 
 def centred_normal(model: pm.Model, value: Variable, vars: list[Variable]) -> tuple | None:
@@ -155,12 +194,22 @@ def centred_normal(model: pm.Model, value: Variable, vars: list[Variable]) -> tu
 
     A free ``Normal(loc, scale)`` without a transform whose scale reads another of
     ``vars`` (a hierarchical scale, not a fixed prior), and whose location and scale
-    read nothing but ``vars`` other than its own.
+    read nothing but ``vars`` other than its own. For a ``MvNormal(mu, cov)`` (rows of
+    correlated effects) ``scale`` is the Cholesky factor of ``cov``, which must be one
+    matrix for every row.
     """
     rv = model.values_to_rvs.get(value)
-    if rv is None or not isinstance(rv.owner.op, NormalRV) or model.rvs_to_transforms[rv]:
+    if rv is None or model.rvs_to_transforms[rv]:
         return None
-    loc, scale = rv.owner.inputs[-2:]
+    if isinstance(rv.owner.op, NormalRV):
+        loc, scale = rv.owner.inputs[-2:]
+    elif isinstance(rv.owner.op, MvNormalRV):
+        loc, cov = rv.owner.inputs[-2:]
+        if not all(cov.type.broadcastable[:-2]):
+            return None  # a covariance per row: not a shared hierarchy
+        scale = pt.linalg.cholesky(cov[(0,) * (cov.type.ndim - 2)])
+    else:
+        return None
     sampled_rvs = {model.values_to_rvs[v] for v in vars} - {rv}
     other_rvs = set(model.free_RVs) - sampled_rvs
     read = set(ancestors([loc, scale]))
@@ -171,11 +220,27 @@ def centred_normal(model: pm.Model, value: Variable, vars: list[Variable]) -> tu
     return rv, loc, scale
 
 
+def _row_size(rv: Variable) -> int:
+    """0 for a normal's elementwise scale; a multivariate normal's row length."""
+    return int(rv.type.shape[-1]) if isinstance(rv.owner.op, MvNormalRV) else 0
+
+
+def _twin_value(rv: Variable, standard: Variable) -> Variable:
+    """``loc + scale z``, or ``mu + z Lᵀ`` for a multivariate normal's rows."""
+    if isinstance(rv.owner.op, MvNormalRV):
+        mean, cov = rv.owner.inputs[-2:]
+        factor = pt.linalg.cholesky(cov[(0,) * (cov.type.ndim - 2)])
+        return mean + standard @ factor.T
+    loc, scale = rv.owner.inputs[-2:]
+    return loc + scale * standard
+
+
 def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCentring | None:
     """The model with the centred locals among ``names`` non-centred (``None``: none is).
 
     ``vars`` are the step's value variables; each variable of ``names`` that is a
-    centred hierarchy (:func:`centred_normal`) becomes ``loc + scale * name_z``.
+    centred hierarchy (:func:`centred_normal`) becomes ``loc + scale * name_z`` (``mu +
+    name_z @ L.T`` for a multivariate normal).
     """
     centred = {}
     for value in vars:
@@ -192,11 +257,10 @@ def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCe
         model_var = memo[rv]
         new_rv = model_var.owner.inputs[0]
         dims = model_var.owner.op.dims
-        loc, scale = new_rv.owner.inputs[-2:]
         standard = pm.Normal.dist(0.0, 1.0, size=new_rv.shape)
         standard_value = standard.type(name=name + SUFFIX)
         standard_var = model_free_rv(standard, standard_value, None, name + SUFFIX, *dims)
-        located = loc + scale * standard_var
+        located = _twin_value(new_rv, standard_var)
         fgraph.replace(model_var, model_deterministic(located, name, *dims), import_missing=True)
     sampled = model_from_fgraph(fgraph, mutate_fgraph=True)
     by_name = {v.name: v for v in sampled.value_vars}
@@ -205,27 +269,32 @@ def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCe
     # as functions of the user's flat position (the globals are the same in both).
     point = model.initial_point()
     places = flat_slices(point, vars)
-    outputs, slices = [], []
+    outputs, slices, row_sizes = [], [], []
     for value in vars:
         if value.name in centred:
             rv, loc, scale = centred[value.name]
             shape = point[value.name].shape
-            graphs = model.replace_rvs_by_values(
-                [pt.broadcast_to(loc, shape), pt.broadcast_to(scale, shape)]
-            )
-            outputs.extend(g.ravel() for g in graphs)
+            row_size = _row_size(rv)
+            if row_size == 0:
+                scale = pt.broadcast_to(scale, shape).ravel()
+            loc, scale = model.replace_rvs_by_values([pt.broadcast_to(loc, shape).ravel(), scale])
+            outputs.extend([loc, scale])
             slices.append(places[value.name])
+            row_sizes.append(row_size)
     outputs, position = join_nonshared_inputs(point, outputs, vars, {})
-    return NonCentring(sampled, sampled_vars, tuple(centred), point, slices, position, outputs)
+    return NonCentring(
+        sampled, sampled_vars, tuple(centred), point, slices, row_sizes, position, outputs
+    )
 
 
 def prior_share(twin: NonCentring, position: np.ndarray, covariance: np.ndarray) -> float:
     """The mean share of the centred locals' precision at ``position`` from their prior.
 
     ``covariance``: the Laplace covariance there (a diagonal as a vector, or dense); a
-    local's precision is taken as one over its variance, its prior's as ``1 / scale²``.
+    local's precision is taken as one over its variance, its prior's as one over its
+    prior variance (``scale²``; given the rest of its row for correlated rows).
     """
-    values = twin._locations_and_scales(position)
     variances = np.diag(covariance) if np.ndim(covariance) == 2 else np.asarray(covariance)
-    shares = [variances[where] / values[2 * k + 1] ** 2 for k, where in enumerate(twin._slices)]
+    priors = twin.prior_variances(position)
+    shares = [variances[where] / prior for where, prior in zip(twin._slices, priors, strict=True)]
     return float(np.mean(np.concatenate(shares)))

@@ -158,7 +158,9 @@ class TranslationMove:
         """Each coordinate's step per unit step of the group vector it makes.
 
         ``1/S_j`` on a non-centred part's ``z_j`` (``∂z_j/∂a_j`` at the held scales), 1
-        elsewhere.
+        elsewhere. A part of correlated rows (``mu + z @ L.T``) has no such shift by
+        coordinate: its ±1 patterns are left at 1, which the likelihood sees (the
+        check refuses them); its locations move by the interweaving move.
         """
         if self.hierarchy is None:
             return np.ones(position.size)
@@ -166,6 +168,8 @@ class TranslationMove:
             x = self.position
             per_unit = pt.ones_like(x)
             for part in self.hierarchy.parts:
+                if part.row_size:
+                    continue
                 _, scale = part.location_and_scale(x, x)
                 block = part.local
                 per_unit = pt.set_subtensor(
