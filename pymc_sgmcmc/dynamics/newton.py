@@ -9,10 +9,11 @@ test with the reverse density (the fit at ``θ'``) keeps any target (Qi and Mink
 manifold MALA with a unit step).
 
 The diagonal form moves many independent groups at once (each group's coordinates
-tested apart). Its anchored form (:func:`anchored_newton_proposal`) takes the Newton
-step from a fixed point instead of the chain's, with Student's t spread: an
-independence proposal. The dense form (:func:`dense_newton_proposal`) moves a few coupled
-coordinates, e.g. a hierarchy's globals, with a fixed precision matrix.
+tested apart). The block form (:func:`block_newton_proposal`) gives each group's locals
+a dense precision block; taken from a fixed point instead of the chain's, with
+Student's t spread, it is the anchored move's independence proposal. The dense form
+(:func:`dense_newton_proposal`) moves a few coupled coordinates, e.g. a hierarchy's
+globals, with a fixed precision matrix.
 """
 
 from __future__ import annotations
@@ -42,39 +43,76 @@ def newton_log_density(
     return per_coordinate[groups].sum(axis=1)
 
 
-def anchored_newton_proposal(
-    centre: Array, gradient: Array, curvature: Array, student_t: Array
-) -> Array:
-    """``θ' = c + g/h + t/√h``: the Newton step from a fixed ``centre`` ``c``, t-distributed.
+def per_group_product(matrices: Array, vectors: Array) -> Array:
+    """``matrices[m] @ vectors[m]`` for every group ``m``: ``(M, r, r)`` by ``(M, r)``."""
+    return (matrices * vectors[:, None, :]).sum(axis=2)
 
-    ``gradient`` and ``curvature`` are the fit at ``c``; ``student_t``: standard Student's
-    t draws, one per coordinate. The proposal does not depend on where the chain stands
-    (an independence proposal), and its tails are heavier than the Gaussian fit's.
+
+def curvature_factors(blocks: np.ndarray, floor: float) -> tuple[np.ndarray, ...]:
+    """``(H⁻¹, L⁻ᵀ, Lᵀ)`` of each group's precision block ``H = LLᵀ``, ``(M, r, r)`` each.
+
+    Eigenvalues below ``floor`` are raised to it first (a block that is not positive
+    definite there, e.g. an average of fits from far apart, still gives a proposal).
     """
-    return centre + gradient / curvature + student_t / curvature**0.5
+    blocks = np.asarray(blocks, dtype=float)
+    if blocks.shape[1] == 1:  # the diagonal case without a decomposition
+        h = np.maximum(blocks, floor)
+        return 1.0 / h, h**-0.5, h**0.5
+    values, vectors = np.linalg.eigh(0.5 * (blocks + blocks.transpose(0, 2, 1)))
+    vectors_t = vectors.transpose(0, 2, 1)
+    values = np.maximum(values, floor)
+    precision = (vectors * values[:, None, :]) @ vectors_t
+    factor = np.linalg.cholesky(precision)
+    inverse = np.linalg.inv(factor)  # L⁻¹, r × r
+    shift = (vectors / values[:, None, :]) @ vectors_t
+    return shift, inverse.transpose(0, 2, 1), factor.transpose(0, 2, 1)
 
 
-def anchored_newton_log_density(
+def block_newton_proposal(
+    position: Array, gradient: Array, shift: Array, spread: Array, noise: Array
+) -> Array:
+    """``θ' = θ + H⁻¹g + L⁻ᵀξ`` for each group's ``r`` locals (rows of ``(M, r)`` arrays).
+
+    ``shift`` is ``H⁻¹`` and ``spread`` ``L⁻ᵀ`` for each group's precision block ``H =
+    LLᵀ`` (:func:`curvature_factors`): the dense form of :func:`newton_proposal` within a
+    group, whose locals the conditional correlates (an intercept and a slope). With a
+    fixed ``θ`` (a centre ``c``, ``g`` fitted there) and Student's t ``ξ`` it is the
+    anchored move's independence proposal.
+    """
+    return position + per_group_product(shift, gradient) + per_group_product(spread, noise)
+
+
+def block_newton_log_density(
+    to: Array, start: Array, gradient: Array, shift: Array, whitening: Array
+) -> Array:
+    """``log q(to | start)`` of :func:`block_newton_proposal` with Gaussian ``ξ``, per group.
+
+    ``−‖Lᵀ(to − start − H⁻¹g)‖²/2`` (``whitening``: ``Lᵀ``); ``log|L|`` and ``2π`` are
+    left out: with ``H`` fixed they are the same in both directions of a move.
+    """
+    whitened = per_group_product(whitening, to - start - per_group_product(shift, gradient))
+    return -0.5 * (whitened**2).sum(axis=1)
+
+
+def anchored_block_log_density(
     to: Array,
     centre: Array,
     gradient: Array,
-    curvature: Array,
+    shift: Array,
+    whitening: Array,
     degrees_of_freedom: float,
-    groups: Array,
 ) -> Array:
-    """``log q(to)`` of :func:`anchored_newton_proposal`, summed over each group's coordinates.
+    """``log q(to)`` of the anchored proposal: Student's t ``ξ`` with ``ν`` degrees of freedom.
 
-    Student's t with ``ν`` degrees of freedom per coordinate, location ``c + g/h`` and scale
-    ``1/√h``: ``−(ν + 1)/2 · log(1 + h (to − c − g/h)²/ν)``; the normalising constants, the
-    same at both ends of a move, are left out.
+    ``ξ = Lᵀ(to − c − H⁻¹g)``, each coordinate t-distributed: ``−(ν + 1)/2 · Σ log(1 +
+    ξ_k²/ν)`` per group; the normalising constants (``log|L|`` among them), the same at
+    both ends of a move, are left out.
     """
     # Not PyMC's StudentT log density: that one is symbolic only and adds the constants
     # and parameter checks; this works on NumPy arrays and PyTensor graphs alike.
-    deviation = to - centre - gradient / curvature
-    log1p = namespace(curvature).log1p
-    squared = curvature * deviation**2 / degrees_of_freedom
-    per_coordinate = -0.5 * (degrees_of_freedom + 1.0) * log1p(squared)
-    return per_coordinate[groups].sum(axis=1)
+    whitened = per_group_product(whitening, to - centre - per_group_product(shift, gradient))
+    log1p = namespace(whitened).log1p
+    return -0.5 * (degrees_of_freedom + 1.0) * log1p(whitened**2 / degrees_of_freedom).sum(axis=1)
 
 
 def dense_newton_proposal(

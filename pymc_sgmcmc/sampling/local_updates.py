@@ -38,8 +38,10 @@ from pymc_sgmcmc.core.compilation import compile_graph
 from pymc_sgmcmc.dynamics.common import kinetic_energy
 from pymc_sgmcmc.dynamics.hmc import leapfrog_step, metropolis_log_acceptance
 from pymc_sgmcmc.dynamics.newton import (
-    anchored_newton_log_density,
-    anchored_newton_proposal,
+    anchored_block_log_density,
+    block_newton_log_density,
+    block_newton_proposal,
+    curvature_factors,
     newton_log_density,
     newton_proposal,
 )
@@ -140,12 +142,46 @@ class LocalMoveResult(NamedTuple):
     """What a local move returns.
 
     The kept position, the mean acceptance probability and, where the move fitted it,
-    each coordinate's curvature where it started (1 off the moving block).
+    each moving group's precision block ``(M, r, r)`` where it started.
     """
 
     position: np.ndarray
     accept: float
     curvature: np.ndarray | None
+
+
+class CurvatureFactors(NamedTuple):
+    """Each group's precision block ``H = LLᵀ`` as the moves use it, ``(J, r, r)`` each.
+
+    ``shift``: ``H⁻¹``; ``spread``: ``L⁻ᵀ``; ``whitening``: ``Lᵀ``
+    (:func:`~pymc_sgmcmc.dynamics.newton.curvature_factors`).
+    """
+
+    shift: np.ndarray
+    spread: np.ndarray
+    whitening: np.ndarray
+
+    def of(self, groups: np.ndarray, dtype: np.dtype) -> list[np.ndarray]:
+        """The factors of ``groups``, as the compiled moves take them."""
+        return [np.ascontiguousarray(f[groups], dtype=dtype) for f in self]
+
+
+def factors_of(curvature: np.ndarray, layout: GroupLayout) -> CurvatureFactors:
+    """:class:`CurvatureFactors` of each group's blocks ``(J, r, r)``, or of a flat vector.
+
+    A block never fitted (NaN) is taken as the identity; a flat vector (each coordinate's
+    curvature, as long as the position) gives diagonal blocks. Eigenvalues are floored at
+    :data:`MIN_CURVATURE`.
+    """
+    curvature = np.asarray(curvature, dtype=float)
+    if curvature.ndim == 1:
+        diagonal = curvature[layout.local_positions]
+        blocks = diagonal[:, :, None] * np.eye(diagonal.shape[1])
+    else:
+        blocks = curvature
+    unseen = np.isnan(blocks).any(axis=(1, 2))
+    blocks = np.where(unseen[:, None, None], np.eye(blocks.shape[1]), blocks)
+    return CurvatureFactors(*curvature_factors(blocks, MIN_CURVATURE))
 
 
 class LocalsMean(NamedTuple):
@@ -164,20 +200,22 @@ def updated_mean(running: LocalsMean | None, draw: np.ndarray) -> LocalsMean:
     return LocalsMean(n, running.mean + (draw - running.mean) / n)
 
 
-def averaged_curvature(
-    average: np.ndarray | None, fitted: np.ndarray, moved: np.ndarray
+def averaged_blocks(
+    average: np.ndarray | None, fitted: np.ndarray, groups: np.ndarray, n_groups: int
 ) -> np.ndarray:
-    """Each coordinate's running curvature, updated where ``moved``.
+    """Each group's running precision block ``(J, r, r)``, updated for ``groups``.
 
-    An exponential average with weight :data:`CURVATURE_AVERAGING` on the newest fit; a
-    coordinate's first fit is taken as it is, and a coordinate never fitted is 1.
+    An exponential average with weight :data:`CURVATURE_AVERAGING` on the newest fit
+    (``fitted``, ``(M, r, r)`` for ``groups``); a group's first fit is taken as it is,
+    and a group never fitted is NaN.
     """
     if average is None:
-        average = np.full(fitted.shape, np.nan)
-    unseen = np.isnan(average)
-    updated = (1.0 - CURVATURE_AVERAGING) * average + CURVATURE_AVERAGING * fitted
-    updated = np.where(unseen, fitted, updated)
-    return np.where(moved, updated, average)
+        average = np.full((n_groups, *fitted.shape[1:]), np.nan)
+    average = average.copy()
+    previous = average[groups]
+    updated = (1.0 - CURVATURE_AVERAGING) * previous + CURVATURE_AVERAGING * fitted
+    average[groups] = np.where(np.isnan(previous), fitted, updated)
+    return average
 
 
 class ExactLocalMove:
@@ -243,17 +281,19 @@ class ExactLocalMove:
         """The per-group Newton proposal and its log acceptance ratio, compiled as ``kind``.
 
         ``_newton``: with each group's curvature fitted where it stands and where it
-        goes (two Hessian products per local dimension), also returning the fitted
-        curvature; ``_newton_fixed``: with a curvature given (no Hessian products: a sweep
-        of 2,000 groups of 100 rows took 28.8 ms instead of 40 ms). Both work on the
-        moving groups' locals alone (``(M, r)`` of them, flattened), so that the gradient
-        is taken with respect to them only: the globals' part of it (``Xᵀr`` in a
-        regression) was about a tenth of the sweep. ``in_place``: the rows are a slice
-        (inputs ``first`` and ``stop``), else a vector of indices (input ``rows``).
-        ``_anchored``: the anchored move (:meth:`anchored_move`), with a curvature given.
-        ``kind`` (``"fit"``, ``"fixed"`` or ``"anchored"``) says which: each is compiled
-        when first used, so that a chain that never makes a kind of move (no draws after
-        tuning, a move called directly) does not compile it.
+        goes (two Hessian products per local dimension), also returning each group's
+        fitted precision block ``(M, r, r)`` where it stood; ``_newton_fixed``: with
+        precision blocks given (no Hessian products: a sweep of 2,000 groups of 100
+        rows took 28.8 ms instead of 40 ms), as their factors (:class:`CurvatureFactors`
+        of the moving groups). Both work on the moving groups' locals alone (``(M, r)``
+        of them, flattened), so that the gradient is taken with respect to them only: the
+        globals' part of it (``Xᵀr`` in a regression) was about a tenth of the sweep.
+        ``in_place``: the rows are a slice (inputs ``first`` and ``stop``), else a vector
+        of indices (input ``rows``). ``_anchored``: the anchored move
+        (:meth:`anchored_move`), with blocks given. ``kind`` (``"fit"``, ``"fixed"`` or
+        ``"anchored"``) says which: each is compiled when first used, so that a chain that
+        never makes a kind of move (no draws after tuning, a move called directly) does
+        not compile it.
         """
         x = self.grouped.position
         dtype = x.dtype
@@ -277,60 +317,85 @@ class ExactLocalMove:
 
         def local_fit(local):
             # Each group's log density, its gradient and its curvature −∂²/∂θ_k² (groups
-            # do not interact: one Hessian product per local dimension gives every
-            # group's diagonal at once).
+            # do not interact: one Hessian product per local dimension gives column k of
+            # every group's block at once).
             values = log_densities(local)
             gradient = pt.grad(values.sum(), local)
-            curvature = pt.zeros_like(local)
+            columns = []
             for k in range(n_local):
                 indicator = pt.zeros_like(local)[by_group[:, k]].set(1.0)
                 product = pt.grad(
                     (gradient * indicator).sum(), local, consider_constant=[indicator]
                 )
-                curvature = curvature - indicator * product
-            return values, gradient, pt.maximum(curvature, MIN_CURVATURE)
+                columns.append(-product[by_group])
+            blocks = pt.stack(columns, axis=2)  # (M, r, r): −∂²/∂θ_j∂θ_k per group
+            curvature = pt.stack([blocks[:, k, k] for k in range(n_local)], axis=1).ravel()
+            return values, gradient, pt.maximum(curvature, MIN_CURVATURE), blocks
 
-        fixed = pt.vector("curvature", dtype=dtype)
-
-        def fixed_fit(local):
-            values = log_densities(local)
-            gradient = pt.grad(values.sum(), local)
-            return values, gradient, pt.maximum(fixed[coordinates], MIN_CURVATURE)
-
-        def proposal_and_ratio(fit):
+        def proposal_and_ratio():
             def log_proposal(to, fit_at, from_):
-                _, gradient, curvature = fit_at
+                _, gradient, curvature, _ = fit_at
                 return newton_log_density(to, from_, gradient, curvature, by_group)
 
             start = x[coordinates]
-            here = fit(start)
+            here = local_fit(start)
             proposal = newton_proposal(start, here[1], here[2], normal[coordinates])
-            there = fit(proposal)
+            there = local_fit(proposal)
             log_ratio = (
                 there[0]
                 - here[0]
                 + log_proposal(start, there, proposal)
                 - log_proposal(proposal, here, start)
             )
-            # The fitted curvature on the whole position (1 off the moving groups).
-            curvature = pt.set_subtensor(pt.ones_like(x)[coordinates], here[2])
-            return proposal, log_ratio, curvature
+            return proposal, log_ratio, here[3]
+
+        shift = pt.tensor3("shift", dtype=dtype)
+        spread = pt.tensor3("spread", dtype=dtype)
+        whitening = pt.tensor3("whitening", dtype=dtype)
+        factors = [shift, spread, whitening]
+
+        def in_rows(flat):
+            return flat.reshape((groups.shape[0], n_local))
+
+        def fixed_proposal_and_ratio():
+            # The Newton step from where the chain stands with fixed precision blocks.
+            start = x[coordinates]
+            values = log_densities(start)
+            gradient = pt.grad(values.sum(), start)
+            proposal = block_newton_proposal(
+                in_rows(start), in_rows(gradient), shift, spread, in_rows(normal[coordinates])
+            ).ravel()
+            new_values = log_densities(proposal)
+            new_gradient = pt.grad(new_values.sum(), proposal)
+
+            def log_proposal(to, from_, gradient_at):
+                return block_newton_log_density(
+                    in_rows(to), in_rows(from_), in_rows(gradient_at), shift, whitening
+                )
+
+            log_ratio = (
+                new_values
+                - values
+                + log_proposal(start, proposal, new_gradient)
+                - log_proposal(proposal, start, gradient)
+            )
+            return proposal, log_ratio
 
         def anchored_proposal_and_ratio():
             # The Newton step from the fixed centre, given the globals: an independence
             # proposal, so the test needs the log densities at both ends, no gradient.
             at_centre = centre[coordinates]
-            gradient = pt.grad(log_densities(at_centre).sum(), at_centre)
-            curvature = pt.maximum(fixed[coordinates], MIN_CURVATURE)
+            gradient = in_rows(pt.grad(log_densities(at_centre).sum(), at_centre))
             start = x[coordinates]
-            proposal = anchored_newton_proposal(
-                at_centre, gradient, curvature, student_t[coordinates]
-            )
+            proposal = block_newton_proposal(
+                in_rows(at_centre), gradient, shift, spread, in_rows(student_t[coordinates])
+            ).ravel()
 
             def log_proposal(to):
-                return anchored_newton_log_density(
-                    to, at_centre, gradient, curvature, PROPOSAL_DEGREES_OF_FREEDOM, by_group
-                )
+                return anchored_block_log_density(
+                    in_rows(to), in_rows(at_centre), gradient, shift, whitening,
+                    PROPOSAL_DEGREES_OF_FREEDOM,
+                )  # fmt: skip
 
             log_ratio = (
                 log_densities(proposal)
@@ -342,20 +407,20 @@ class ExactLocalMove:
 
         student_t = pt.vector("student_t", dtype=dtype)
         centre = pt.vector("centre", dtype=dtype)
-        inputs = [x, *row_inputs, segments, groups, normal]
+        inputs = [x, *row_inputs, segments, groups]
         if kind == "anchored":
             self._anchored[in_place] = compile_graph(
-                [x, *row_inputs, segments, groups, student_t, fixed, centre],
+                [*inputs, student_t, *factors, centre],
                 list(anchored_proposal_and_ratio()),
                 self.compile_kwargs,
             )
         elif kind == "fit":
             self._newton[in_place] = compile_graph(
-                inputs, list(proposal_and_ratio(local_fit)), self.compile_kwargs
+                [*inputs, normal], list(proposal_and_ratio()), self.compile_kwargs
             )
         else:
             self._newton_fixed[in_place] = compile_graph(
-                [*inputs, fixed], list(proposal_and_ratio(fixed_fit)[:2]), self.compile_kwargs
+                [*inputs, normal, *factors], list(fixed_proposal_and_ratio()), self.compile_kwargs
             )
 
     def _compile(self) -> None:
@@ -394,13 +459,14 @@ class ExactLocalMove:
         inv_mass: np.ndarray | None,
         step_size: float,
         rng: np.random.Generator,
-        curvature: np.ndarray | None = None,
+        curvature: np.ndarray | CurvatureFactors | None = None,
     ) -> LocalMoveResult:
         """One move of the locals of ``groups`` given everything else.
 
-        With a test per group, ``curvature`` (each coordinate's, e.g. averaged over
-        tuning) replaces the one fitted at each point; ``inv_mass`` and ``step_size``
-        are the Hamiltonian move's.
+        With a test per group, ``curvature`` (each group's precision block or each
+        coordinate's curvature, e.g. averaged over tuning; :func:`factors_of`) replaces
+        the one fitted at each point; ``inv_mass`` and ``step_size`` are the Hamiltonian
+        move's.
         """
         if self.per_group is not None:
             return self.newton_move(position, sweep_chunk(self.layout, groups), rng, curvature)
@@ -432,12 +498,14 @@ class ExactLocalMove:
         position: np.ndarray,
         chunk: SweepChunk,
         rng: np.random.Generator,
-        curvature: np.ndarray | None = None,
+        curvature: np.ndarray | CurvatureFactors | None = None,
     ) -> LocalMoveResult:
         """The per-group Newton move of ``chunk``'s groups, each with its own test.
 
-        ``curvature`` (each coordinate's, e.g. averaged over tuning) replaces the one
-        fitted at each point.
+        ``curvature`` (each group's precision block, e.g. averaged over tuning, or each
+        coordinate's curvature: :func:`factors_of`) replaces the one fitted at each
+        point, and then the proposal is dense within each group
+        (:func:`~pymc_sgmcmc.dynamics.newton.block_newton_proposal`).
         """
         in_place = self._compiled_for(chunk, "fit" if curvature is None else "fixed")
         normal = rng.standard_normal(position.size).astype(position.dtype)
@@ -446,36 +514,41 @@ class ExactLocalMove:
             proposal, log_ratio, fitted = self._newton[in_place](*arguments)
         else:
             fitted = None
-            proposal, log_ratio = self._newton_fixed[in_place](
-                *arguments, np.asarray(curvature, dtype=position.dtype)
-            )
+            factors = self._factors(curvature).of(chunk.groups, position.dtype)
+            proposal, log_ratio = self._newton_fixed[in_place](*arguments, *factors)
         return per_group_test(position, chunk, proposal, log_ratio, rng, fitted)
+
+    def _factors(self, curvature: np.ndarray | CurvatureFactors) -> CurvatureFactors:
+        if isinstance(curvature, CurvatureFactors):
+            return curvature
+        return factors_of(curvature, self.layout)
 
     def anchored_move(
         self,
         position: np.ndarray,
         chunk: SweepChunk,
         rng: np.random.Generator,
-        curvature: np.ndarray,
+        curvature: np.ndarray | CurvatureFactors,
         centre: np.ndarray,
     ) -> LocalMoveResult:
         """The anchored move of ``chunk``'s groups, each with its own test.
 
-        Each group proposes from Student's t with :data:`PROPOSAL_DEGREES_OF_FREEDOM`
-        degrees of freedom, location ``c + g(c)/h`` and scale ``1/√h``
-        (:func:`~pymc_sgmcmc.dynamics.newton.anchored_newton_proposal`): the Newton step
-        from ``centre`` (the locals' mean over tuning) given the globals, with the fixed
-        ``curvature``. It does not depend on where the chain stands, and it reads the rows
-        at three points (the centre's gradient, the log densities at both ends) where the
-        Newton move from the chain's point reads them at two, with gradients at both.
+        Each group proposes ``c + H⁻¹g(c) + L⁻ᵀt``, ``t`` Student's t with
+        :data:`PROPOSAL_DEGREES_OF_FREEDOM` degrees of freedom per coordinate
+        (:func:`~pymc_sgmcmc.dynamics.newton.block_newton_proposal`): the Newton step
+        from ``centre`` (the locals' mean over tuning) given the globals, with each
+        group's fixed precision block ``H = LLᵀ`` (``curvature``: :func:`factors_of`). It
+        does not depend on where the chain stands, and it reads the rows at three points
+        (the centre's gradient, the log densities at both ends) where the Newton move
+        from the chain's point reads them at two, with gradients at both.
         """
         in_place = self._compiled_for(chunk, "anchored")
         dtype = position.dtype
         student_t = rng.standard_t(PROPOSAL_DEGREES_OF_FREEDOM, size=position.size)
+        factors = self._factors(curvature).of(chunk.groups, dtype)
         proposal, log_ratio = self._anchored[in_place](
             position, *self._rows(chunk), chunk.segments, chunk.groups,
-            student_t.astype(dtype), np.asarray(curvature, dtype=dtype),
-            np.asarray(centre, dtype=dtype),
+            student_t.astype(dtype), *factors, np.asarray(centre, dtype=dtype),
         )  # fmt: skip
         return per_group_test(position, chunk, proposal, log_ratio, rng, None)
 

@@ -40,9 +40,11 @@ from pymc_sgmcmc.sampling.local_updates import (
     CENTRE_FROM,
     CURVATURE_FIT_EVERY,
     LOCAL_GROUPS_PER_STEP,
+    CurvatureFactors,
     ExactLocalMove,
     LocalsMean,
-    averaged_curvature,
+    averaged_blocks,
+    factors_of,
     local_step_size_adapter,
     updated_mean,
 )
@@ -164,12 +166,23 @@ class WholeGroups(WithSamplingState):
         self.groups_per_step = self.initial_groups_per_step
         self.interweaving_log_scales = None  # set where the chain starts
         self.local_step_size = local_step_size_adapter()
-        self.local_curvature = None  # averaged over the tuning draws
+        # Each factor's groups' precision blocks, averaged over the tuning draws.
+        self.local_curvature = [None] * (1 + len(self.secondary_moves))
         self.global_precision = None  # fitted where the chain starts, averaged in tuning
         self.global_fits = 0
         self.noise_inflation = None  # set from the first noise measurement
         self.locals_mean: LocalsMean | None = None  # of the locals' draws during tuning
         self.local_centre = None  # the anchored move's, fixed where tuning ends
+
+    @property
+    def local_curvature(self) -> list[np.ndarray | None]:
+        """Each grouping factor's groups' precision blocks ``(J, r, r)``, averaged in tuning."""
+        return self._local_curvature
+
+    @local_curvature.setter
+    def local_curvature(self, value: list[np.ndarray | None]) -> None:
+        self._local_curvature = list(value)
+        self._local_factors: list[CurvatureFactors] | None = None  # found again when used
 
     @property
     def groups_per_step(self) -> int:
@@ -246,30 +259,40 @@ class WholeGroups(WithSamplingState):
             result = move.move(position, groups, inverse_mass, step_size, rng)
             self.local_step_size.update(result.accept, tune)
             return result.position
-        # During tuning each group's curvature is fitted every CURVATURE_FIT_EVERY moves
-        # and averaged, the average used in between; the kept draws use the average: a
-        # fixed kernel, and no Hessian products.
-        frozen = None
+        # During tuning each group's precision block is fitted every CURVATURE_FIT_EVERY
+        # moves and averaged, the average used in between; the kept draws use the
+        # average: a fixed kernel, and no Hessian products.
         fit = tune and iteration % CURVATURE_FIT_EVERY == 0
-        if self.local_curvature is not None and not fit:
-            frozen = np.nan_to_num(self.local_curvature, nan=1.0)
-        # The factors' locals are distinct coordinates: one running curvature holds all.
         factor_moves = [move, *self.secondary_moves]
+        frozen = None
+        if not fit and all(blocks is not None for blocks in self.local_curvature):
+            frozen = self._frozen_factors()
         centre = None if tune or frozen is None else self._centre(position)
-        for factor_move in factor_moves:
+        for k, factor_move in enumerate(factor_moves):
             for chunk in factor_move.sweep_chunks():
                 if centre is not None:
-                    result = factor_move.anchored_move(position, chunk, rng, frozen, centre)
+                    result = factor_move.anchored_move(position, chunk, rng, frozen[k], centre)
                 else:
-                    result = factor_move.newton_move(position, chunk, rng, frozen)
+                    result = factor_move.newton_move(
+                        position, chunk, rng, None if frozen is None else frozen[k]
+                    )
                 position = result.position
                 if result.curvature is not None:
-                    moved = np.zeros(position.size, dtype=bool)
-                    moved[chunk.coordinates.ravel()] = True
-                    self.local_curvature = averaged_curvature(
-                        self.local_curvature, result.curvature, moved
-                    )
+                    self.local_curvature[k] = averaged_blocks(
+                        self.local_curvature[k], result.curvature, chunk.groups,
+                        factor_move.layout.n_groups,
+                    )  # fmt: skip
+                    self._local_factors = None
         return position
+
+    def _frozen_factors(self) -> list[CurvatureFactors]:
+        """The factors of each grouping factor's averaged precision blocks (cached)."""
+        if self._local_factors is None:
+            self._local_factors = [
+                factors_of(blocks, layout)
+                for blocks, layout in zip(self.local_curvature, self.layouts, strict=True)
+            ]
+        return self._local_factors
 
     def _centre(self, position: np.ndarray) -> np.ndarray | None:
         """The anchored move's centre: the locals' mean over tuning, fixed where it ends.
