@@ -305,3 +305,62 @@ def test_block_moves_draw_each_groups_correlated_locals_from_their_conditional(d
 def test_a_block_move_whose_density_leaves_out_the_correlation_is_caught(data):
     worst = block_move_errors(data, "anchored", diagonal_density=True)
     assert worst > 10.0, worst
+
+
+# -- end to end: pmsg.SGHMC() with its defaults against NUTS -----------------------------
+
+
+@pytest.fixture(scope="module")
+def nuts_reference(data):
+    """Draws of 4 NUTS chains x 2,500 on all rows (their MCSEs enter the tolerance)."""
+    with correlated_model(*data, minibatch=False):
+        idata = pm.sample(
+            draws=2500, tune=1000, chains=4, cores=1, random_seed=5, progressbar=False,
+            compute_convergence_checks=False,
+        )  # fmt: skip
+    return summaries(idata)
+
+
+def summaries(idata):
+    """``mu``, the two sds, the correlation and every group's effects: ``(chain, draw, 65)``."""
+    posterior = idata.posterior
+    sds, correlation = posterior["chol_stds"].values, posterior["chol_corr"].values[..., 0, 1]
+    ab = posterior["ab"].values
+    return np.concatenate(
+        [posterior["mu"].values, sds, correlation[..., None], ab.reshape(*ab.shape[:2], -1)],
+        axis=-1,
+    )
+
+
+@pytest.mark.statistical
+def test_sghmc_defaults_match_nuts_on_correlated_varying_intercepts_and_slopes(
+    data, nuts_reference
+):
+    model = correlated_model(*data)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        step = pmsg.SGHMC()
+        idata = pm.sample(
+            draws=1000, tune=1000, chains=2, cores=1, step=step, random_seed=6,
+            progressbar=False, compute_convergence_checks=False,
+        )  # fmt: skip
+    assert step.non_centring is not None and step.groups.interweaving is not None
+    ours, nuts = summaries(idata), nuts_reference
+    pooled = nuts.reshape(-1, nuts.shape[-1])
+    mean, sd = pooled.mean(0), pooled.std(0)
+
+    def standard_errors(draws):
+        # Of the mean and of the mean squared deviation from the reference's mean.
+        squares = (draws - mean) ** 2
+        flat = draws.reshape(-1, draws.shape[-1])
+        return (
+            flat.std(0) / np.sqrt(az.ess(draws)),
+            squares.reshape(-1, draws.shape[-1]).std(0) / np.sqrt(az.ess(squares)),
+        )
+
+    (ours_mean, ours_var), (nuts_mean, nuts_var) = standard_errors(ours), standard_errors(nuts)
+    flat = ours.reshape(-1, ours.shape[-1])
+    z_mean = np.abs(flat.mean(0) - mean) / np.hypot(ours_mean, nuts_mean)
+    z_var = np.abs(((flat - mean) ** 2).mean(0) - sd**2) / np.hypot(ours_var, nuts_var)
+    # 4.5 combined standard errors over 65 quantities: a false alarm has p < 5e-4.
+    assert z_mean.max() < 4.5 and z_var.max() < 4.5, (z_mean.max(), z_var.max())
