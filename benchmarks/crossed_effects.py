@@ -24,15 +24,10 @@ reference sds and the range of the sd ratios over every quantity (``mu``, ``beta
 from __future__ import annotations
 
 import argparse
-import time
-import warnings
-from pathlib import Path
 
 import numpy as np
 import pymc as pm
-from arviz_stats.base import array_stats
-
-import pymc_sgmcmc as pmsg
+from against_numpyro import add_run_arguments, print_table, reference
 
 NAMES = ("mu", "beta", "sa", "sb", "a", "b")
 TRUE_SA, TRUE_SB, TRUE_MU = 0.8, 0.5, -0.3
@@ -78,55 +73,6 @@ def draws_of(idata, chains: int) -> np.ndarray:
     )
 
 
-def reference(data: dict, args: argparse.Namespace) -> dict[str, np.ndarray]:
-    """The long NUTS run's means, sds and smallest ESS: from the cache, or run."""
-    key = f"crossed-{args.users}x{args.items}-{args.rows}x{args.cols}-seed{args.seed}"
-    path = Path(args.cache) / f"{key}-{args.reference_chains}x{args.reference_draws}.npz"
-    if path.exists():
-        return dict(np.load(path))
-    start = time.perf_counter()
-    with model_of(data, args, minibatch=False):
-        idata = pm.sample(
-            args.reference_draws, tune=1000, chains=args.reference_chains,
-            nuts_sampler="numpyro", random_seed=1, progressbar=False,
-        )  # fmt: skip
-    draws = draws_of(idata, args.reference_chains)
-    flat = draws.reshape(-1, draws.shape[-1])
-    ess = array_stats.ess(draws, chain_axis=0, draw_axis=1, method="bulk")
-    result = {
-        "mean": flat.mean(0),
-        "sd": flat.std(0),
-        "ess": ess,
-        "wall": np.asarray(time.perf_counter() - start),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **result)
-    return result
-
-
-def run(kind: str, data: dict, args: argparse.Namespace) -> tuple[np.ndarray, float, str]:
-    """One run's draws, wall time and a note (our set-up time)."""
-    start = time.perf_counter()
-    note = ""
-    if kind == "ours":
-        with model_of(data, args, minibatch=True), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            step = pmsg.SGHMC()
-            idata = pm.sample(
-                args.draws, tune=args.tune, chains=2, step=step, random_seed=1,
-                progressbar=False, compute_convergence_checks=False,
-            )  # fmt: skip
-        note = f" (set-up {step.setup_seconds:.1f} s)"
-    else:
-        method = "vectorized" if kind == "numpyro" else "parallel"
-        with model_of(data, args, minibatch=False):
-            idata = pm.sample(
-                args.draws, tune=args.tune, chains=2, nuts_sampler="numpyro", random_seed=2,
-                progressbar=False, nuts_sampler_kwargs={"chain_method": method},
-            )  # fmt: skip
-    return draws_of(idata, 2), time.perf_counter() - start, note
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = parser.add_argument
@@ -134,41 +80,25 @@ def main() -> None:
     add("--items", type=int, default=60)
     add("--rows", type=int, default=40_000)
     add("--cols", type=int, default=3, choices=range(1, 6))
-    add("--batch-size", type=int, default=1000)
-    add("--seed", type=int, default=3)
-    add("--tune", type=int, default=1000)
-    add("--draws", type=int, default=1000)
-    add("--reference-chains", type=int, default=4)
-    add("--reference-draws", type=int, default=2000)
-    add("--cache", default=str(Path.home() / ".cache" / "pymc_sgmcmc_benchmarks"))
-    add("--only", default="numpyro,numpyro-parallel,ours")
+    add_run_arguments(parser)
     args = parser.parse_args()
     data = simulate(args)
-    ref = reference(data, args)
+
+    def build(minibatch: bool) -> pm.Model:
+        return model_of(data, args, minibatch)
+
+    def draws(idata) -> np.ndarray:
+        return draws_of(idata, idata.posterior.sizes["chain"])
+
+    key = f"crossed-{args.users}x{args.items}-{args.rows}x{args.cols}-seed{args.seed}"
+    ref = reference(key, build, draws, args)
     print(
         f"{args.users} users x {args.items} items, {args.rows:,} rows, {args.cols} covariates; "
         f"reference: NumPyro NUTS {args.reference_chains} x (1,000 + {args.reference_draws:,}),"
         f" {float(ref['wall']):.0f} s, its smallest ESS {ref['ess'].min():,.0f} "
         f"(quantity {int(np.argmin(ref['ess']))})\n"
     )
-    print("| run | wall s | worst mean error (sd) | sd ratios | min ESS | min ESS/s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    labels = {
-        "numpyro": "NumPyro NUTS, vectorized chains",
-        "numpyro-parallel": "NumPyro NUTS, parallel chains",
-        "ours": "`pmsg.SGHMC()`, defaults",
-    }
-    for kind in args.only.split(","):
-        draws, wall, note = run(kind, data, args)
-        flat = draws.reshape(-1, draws.shape[-1])
-        error = np.abs(flat.mean(0) - ref["mean"]) / ref["sd"]
-        ratio = flat.std(0) / ref["sd"]
-        ess = array_stats.ess(draws, chain_axis=0, draw_axis=1, method="bulk").min()
-        print(
-            f"| {labels[kind]}{note} | {wall:.0f} | {error.max():.3f} | "
-            f"{ratio.min():.2f}-{ratio.max():.2f} | {ess:,.0f} | {ess / wall:.2f} |",
-            flush=True,
-        )
+    print_table(ref, build, draws, args)
 
 
 if __name__ == "__main__":

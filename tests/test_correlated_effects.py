@@ -205,7 +205,22 @@ def test_interweaving_of_correlated_rows_without_the_jacobian_is_caught(data, mo
 # -- each group's two locals moved together: precision blocks --------------------------
 
 
-def gaussian_conditionals(data, step, mu, factor):
+def held_globals(data):
+    """The local move of the non-centred model, the globals it holds and the conditionals.
+
+    The globals are ``mu`` and the packed log-Cholesky factor; each group's exact
+    conditional there comes from :func:`gaussian_conditionals`.
+    """
+    step = quiet_step(
+        correlated_model(*data, form="non-centred"), step_size=0.05, gradient="minibatch"
+    )
+    mu, factor = np.array([0.2, 0.9]), np.array([[0.8, 0.0], [0.3, 0.5]])
+    packed = np.array([np.log(factor[0, 0]), factor[1, 0], np.log(factor[1, 1])])
+    mean, precision = gaussian_conditionals(data, mu, factor)
+    return step.groups.local_move, np.concatenate([mu, packed]), mean, precision
+
+
+def gaussian_conditionals(data, mu, factor):
     """Each group's ``z_j`` given ``(mu, L)``: mean ``(J, 2)`` and precision ``(J, 2, 2)``.
 
     ``y_i = d_iᵀ(mu + L z_j) + ε`` with ``d_i = (1, x_i)``, ``ε ~ N(0, 1)``, ``z_j ~ N(0,
@@ -231,15 +246,9 @@ def block_move_errors(data, kind, n_sweeps=2000, diagonal_density=False):
     ``diagonal_density`` the tests read the proposal's density with the blocks'
     correlation left out (a wrong Hastings ratio).
     """
-    step = quiet_step(
-        correlated_model(*data, form="non-centred"), step_size=0.05, gradient="minibatch"
-    )
-    move = step.groups.local_move
-    mu, factor = np.array([0.2, 0.9]), np.array([[0.8, 0.0], [0.3, 0.5]])
-    packed = np.array([np.log(factor[0, 0]), factor[1, 0], np.log(factor[1, 1])])
-    mean, precision = gaussian_conditionals(data, step, mu, factor)
-    at = step.groups.grouping.layout.local_positions
-    position = np.concatenate([mu, packed, np.zeros(2 * N_GROUPS)])
+    move, globals_, mean, precision = held_globals(data)
+    at = move.layout.local_positions
+    position = np.concatenate([globals_, np.zeros(2 * N_GROUPS)])
     centre = position.copy()
     centre[at] = mean + np.sqrt(1 / np.diagonal(precision, axis1=1, axis2=2))
     curvature = 0.8 * precision
@@ -273,14 +282,8 @@ def block_move_errors(data, kind, n_sweeps=2000, diagonal_density=False):
 
 
 def test_the_fitted_precision_block_of_a_gaussian_conditional_is_exact(data):
-    step = quiet_step(
-        correlated_model(*data, form="non-centred"), step_size=0.05, gradient="minibatch"
-    )
-    move = step.groups.local_move
-    mu, factor = np.array([0.2, 0.9]), np.array([[0.8, 0.0], [0.3, 0.5]])
-    packed = np.array([np.log(factor[0, 0]), factor[1, 0], np.log(factor[1, 1])])
-    _, precision = gaussian_conditionals(data, step, mu, factor)
-    position = np.concatenate([mu, packed, np.random.default_rng(7).normal(size=2 * N_GROUPS)])
+    move, globals_, _, precision = held_globals(data)
+    position = np.concatenate([globals_, np.random.default_rng(7).normal(size=2 * N_GROUPS)])
     (chunk,) = move.sweep_chunks()
     result = move.newton_move(position, chunk, np.random.default_rng(8))
     np.testing.assert_allclose(result.curvature, precision[chunk.groups], rtol=1e-9)

@@ -220,9 +220,9 @@ def centred_normal(model: pm.Model, value: Variable, vars: list[Variable]) -> tu
     return rv, loc, scale
 
 
-def _row_size(rv: Variable) -> int:
+def _row_size(rv: Variable, shape: tuple[int, ...]) -> int:
     """0 for a normal's elementwise scale; a multivariate normal's row length."""
-    return int(rv.type.shape[-1]) if isinstance(rv.owner.op, MvNormalRV) else 0
+    return int(shape[-1]) if isinstance(rv.owner.op, MvNormalRV) else 0
 
 
 def _twin_value(rv: Variable, standard: Variable) -> Variable:
@@ -274,7 +274,7 @@ def non_centred(model: pm.Model, vars: list[Variable], names: set[str]) -> NonCe
         if value.name in centred:
             rv, loc, scale = centred[value.name]
             shape = point[value.name].shape
-            row_size = _row_size(rv)
+            row_size = _row_size(rv, shape)
             if row_size == 0:
                 scale = pt.broadcast_to(scale, shape).ravel()
             loc, scale = model.replace_rvs_by_values([pt.broadcast_to(loc, shape).ravel(), scale])
