@@ -155,6 +155,11 @@ class NonCentring:
         self._last = (user.copy(), position.copy())
         return user
 
+    @property
+    def has_rows(self) -> bool:
+        """Whether a centred variable is rows of correlated effects (a ``MvNormal``'s)."""
+        return any(self._row_sizes)
+
     def prior_variances(self, position: np.ndarray) -> list[np.ndarray]:
         """Each centred variable's prior variances, flat, at ``position`` (the user's).
 

@@ -223,10 +223,12 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                     parts = None  # no Laplace approximation there: the twin's own search
             if parts is None:
                 parts = self._assemble(model, twin.vars, vars, blocked, rng, options)
-            reason = (
-                "has no joint mode" if share is None else
-                f"has its mode where the prior gives {share:.0%} of the locals' precision"
-            )  # fmt: skip
+            if share is None:
+                reason = "has no joint mode"
+            elif share > PRIOR_SHARE_LIMIT:
+                reason = f"has its mode where the prior gives {share:.0%} of the locals' precision"
+            else:
+                reason = "has rows of correlated effects, which have no exact move per group"
             _log.info(
                 "%s: the centred hierarchy of %s %s; sampled non-centred, as loc + scale * %s.",
                 name, ", ".join(twin.names), reason, ", ".join(n + SUFFIX for n in twin.names),
@@ -303,6 +305,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     ) -> tuple[NonCentring | None, float | None]:
         """The non-centred twin where the mode leaves centred locals to their prior.
 
+        Also where the locals are rows of correlated effects without a move per group.
         Returns the twin (None where the step keeps the model as written) and the mean
         share of the locals' precision their prior gives at the mode
         (:func:`~pymc_sgmcmc.sampling.non_centring.prior_share`).
@@ -315,7 +318,11 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         if twin is None:
             return None, None
         share = prior_share(twin, mode.position, mode.covariance)
-        return (twin, share) if share > PRIOR_SHARE_LIMIT else (None, None)
+        # Rows of correlated effects sampled as written have no exact move per group (a
+        # MvNormal prior is not split by row), only the Hamiltonian move of a few groups
+        # together; their twin has both that move and the interweaving.
+        without_moves = parts.groups.local_move.per_group is None and twin.has_rows
+        return (twin, share) if share > PRIOR_SHARE_LIMIT or without_moves else (None, None)
 
     def blocks_possible(self) -> bool:
         """Whether, after tuning, the step may compute several draws in one compiled call.
