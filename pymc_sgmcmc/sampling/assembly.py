@@ -85,11 +85,15 @@ def assemble(
     step_jitter: float,
     allow_missing_total_size: bool,
     compile_kwargs: dict | None,
+    twin_first: bool = False,
 ) -> StepParts:
     """Build a step method's parts from its options (the step's parameters) and the model.
 
     ``graph`` is the model's log density on the flat position of ``vars`` (``dim``
     scalars); ``learns_mass``: the sampler's class learns its mass from the draws.
+    ``twin_first``: where a grouped model's locals are sampled directly and have no exact
+    move per group, raise :class:`~pymc_sgmcmc.sampling.startup.CentredHierarchyError`
+    before the mode search (the step then tries their non-centred twin).
     """
     dtype = graph.position.dtype
     layout = sphere_layout(model, vars, initial_point, sampler) if kernel.supports_spheres else None
@@ -119,6 +123,12 @@ def assemble(
     whole_groups = (
         None if found is None else WholeGroups(*found, compile_kwargs, full_pass=passes.full_pass)
     )
+    direct = centred_locals(whole_groups, vars, initial_point)
+    if twin_first and direct and whole_groups.local_move.per_group is None:
+        raise startup.CentredHierarchyError(
+            f"{sampler}: the locals {', '.join(direct)} have no exact move per group as "
+            "written.", direct, searched=False,
+        )  # fmt: skip
     if whole_groups is not None:
         # A group's parameters move about once per trajectory: a momentum refreshed
         # at every trajectory would never carry their gradient into their position
@@ -130,7 +140,7 @@ def assemble(
         sampler, kernel, gradient=gradient, passes=passes, step_size=step_size,
         anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=step_jitter,
         grouping=None if whole_groups is None else whole_groups.grouping,
-        centred_locals=centred_locals(whole_groups, vars, initial_point),
+        centred_locals=direct,
         # a prior row by row: then no term reads two groups' locals. A second grouping
         # factor's locals would be globals of the grouped Hessian, whose dense part
         # grows with their square: such models take the general search.

@@ -138,12 +138,15 @@ class CentredHierarchyError(ValueError):
     """The mode search failed on a grouped model whose locals are sampled directly.
 
     ``local_names``: those locals' value variables. The step then samples the model
-    non-centred where it can (:mod:`pymc_sgmcmc.sampling.non_centring`).
+    non-centred where it can (:mod:`pymc_sgmcmc.sampling.non_centring`). ``searched``:
+    False where it was raised before any search, because the locals have no exact move
+    per group as written (the step searches the model as written if it has no twin).
     """
 
-    def __init__(self, message: str, local_names: tuple[str, ...]) -> None:
+    def __init__(self, message: str, local_names: tuple[str, ...], searched: bool = True) -> None:
         super().__init__(message)
         self.local_names = local_names
+        self.searched = searched
 
 
 def anchored_estimator(

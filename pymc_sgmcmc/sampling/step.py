@@ -196,13 +196,23 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             compile_kwargs=compile_kwargs,
         )  # fmt: skip
         self.non_centring: NonCentring | None = None
-        try:
-            parts = self._assemble(model, vars, vars, blocked, rng, options)
-            twin, share = self._weak_centred_twin(model, vars, parts)
-        except startup.CentredHierarchyError as error:
-            twin, share = non_centred(model, vars, set(error.local_names)), None
-            if twin is None:
-                raise
+        twin_first, unsearched = True, False
+        while True:
+            try:
+                parts = self._assemble(model, vars, vars, blocked, rng, options, twin_first)
+                twin, share = self._weak_centred_twin(model, vars, parts)
+                break
+            except startup.CentredHierarchyError as error:
+                twin, share = non_centred(model, vars, set(error.local_names)), None
+                if error.searched and twin is None:
+                    raise
+                if error.searched or (twin is not None and twin.has_rows):
+                    # Rows of correlated effects: their twin has a move per group, so
+                    # the search of the model as written (1,000 L-BFGS iterations into
+                    # a collapsed covariance, 13 of 19 s of set-up at 10⁵ rows) is skipped.
+                    unsearched = not error.searched
+                    break
+                twin_first = False  # no such twin: the model as written is searched
         if twin is not None:
             # A centred hierarchy without a mode in its bulk: sampled non-centred.
             self.non_centring = twin
@@ -223,7 +233,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                     parts = None  # no Laplace approximation there: the twin's own search
             if parts is None:
                 parts = self._assemble(model, twin.vars, vars, blocked, rng, options)
-            if share is None:
+            if unsearched:
+                reason = "has rows of correlated effects, which have no exact move per group"
+            elif share is None:
                 reason = "has no joint mode"
             elif share > PRIOR_SHARE_LIMIT:
                 reason = f"has its mode where the prior gives {share:.0%} of the locals' precision"
@@ -280,12 +292,20 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         )  # fmt: skip
 
     def _assemble(
-        self, model, vars: list, user_vars: list, blocked: bool, rng, options: dict
+        self,
+        model,
+        vars: list,
+        user_vars: list,
+        blocked: bool,
+        rng,
+        options: dict,
+        twin_first: bool = False,
     ) -> assembly.StepParts:
         """The step's parts for the value variables ``vars`` of ``model``.
 
         ``user_vars``: the variables ``pm.sample`` records, ``vars`` themselves unless the
-        model is sampled in other coordinates (:attr:`non_centring`).
+        model is sampled in other coordinates (:attr:`non_centring`); ``twin_first``: see
+        :func:`~pymc_sgmcmc.sampling.assembly.assemble`.
         """
         self._sampled_vars = vars
         self._flat: FlatLogp = flat_logp(model, vars, self._initial_point)
@@ -297,7 +317,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         return assembly.assemble(
             type(self).__name__, self.kernel, model=model, vars=vars, graph=self._flat,
             initial_point=self._initial_point, dim=self.dim,
-            learns_mass=self.mass_adapter_class is not None, **options,
+            learns_mass=self.mass_adapter_class is not None, twin_first=twin_first, **options,
         )  # fmt: skip
 
     def _weak_centred_twin(
