@@ -329,7 +329,7 @@ class ExactLocalMove:
                 )
                 columns.append(-product[by_group])
             blocks = pt.stack(columns, axis=2)  # (M, r, r): −∂²/∂θ_j∂θ_k per group
-            curvature = pt.stack([blocks[:, k, k] for k in range(n_local)], axis=1).ravel()
+            curvature = pt.diagonal(blocks, axis1=1, axis2=2).ravel()
             return values, gradient, pt.maximum(curvature, MIN_CURVATURE), blocks
 
         def proposal_and_ratio():

@@ -212,7 +212,7 @@ def centred_normal(model: pm.Model, value: Variable, vars: list[Variable]) -> tu
         loc, cov = rv.owner.inputs[-2:]
         if not all(cov.type.broadcastable[:-2]):
             return None  # a covariance per row: not a shared hierarchy
-        scale = pt.linalg.cholesky(cov[(0,) * (cov.type.ndim - 2)])
+        scale = _row_factor(cov)
     else:
         return None
     sampled_rvs = {model.values_to_rvs[v] for v in vars} - {rv}
@@ -230,12 +230,16 @@ def _row_size(rv: Variable, shape: tuple[int, ...]) -> int:
     return int(shape[-1]) if isinstance(rv.owner.op, MvNormalRV) else 0
 
 
+def _row_factor(cov: Variable) -> Variable:
+    """The Cholesky factor of a multivariate normal's covariance, one for every row."""
+    return pt.linalg.cholesky(cov[(0,) * (cov.type.ndim - 2)])
+
+
 def _twin_value(rv: Variable, standard: Variable) -> Variable:
     """``loc + scale z``, or ``mu + z Lᵀ`` for a multivariate normal's rows."""
     if isinstance(rv.owner.op, MvNormalRV):
         mean, cov = rv.owner.inputs[-2:]
-        factor = pt.linalg.cholesky(cov[(0,) * (cov.type.ndim - 2)])
-        return mean + standard @ factor.T
+        return mean + standard @ _row_factor(cov).T
     loc, scale = rv.owner.inputs[-2:]
     return loc + scale * standard
 
