@@ -1,11 +1,11 @@
-"""The vectorised bulk ESS equals ArviZ's, coordinate by coordinate."""
+"""The vectorised bulk and mean ESS equal ArviZ's, coordinate by coordinate."""
 
 import numpy as np
 import pytest
 import scipy.stats
 from arviz_stats.base import array_stats
 
-from pymc_sgmcmc.core.effective_sample_size import average_ranks, bulk_ess
+from pymc_sgmcmc.core.effective_sample_size import average_ranks, bulk_ess, mean_ess
 
 
 def autoregressive(rng, n_draws, phi, dim=12):
@@ -29,8 +29,19 @@ def test_bulk_ess_equals_arviz(n_draws, phi):
     np.testing.assert_allclose(bulk_ess(draws), expected, rtol=1e-9)
 
 
-def test_bulk_ess_of_too_few_draws_is_nan():
+@pytest.mark.parametrize("n_draws", [4, 5, 7, 30, 101, 500])
+@pytest.mark.parametrize("phi", [-0.9, 0.0, 0.5, 0.999])
+def test_mean_ess_equals_arviz(n_draws, phi):
+    rng = np.random.default_rng(n_draws * 10 + int(10 * phi))
+    draws = autoregressive(rng, n_draws, phi) + np.linspace(0.0, 3.0, n_draws)[:, None]
+    draws[:, 0] = 2.5
+    expected = array_stats.ess(draws[None], chain_axis=0, draw_axis=1, method="mean")
+    np.testing.assert_allclose(mean_ess(draws), expected, rtol=1e-9)
+
+
+def test_ess_of_too_few_draws_is_nan():
     assert np.isnan(bulk_ess(np.ones((3, 2)))).all()
+    assert np.isnan(mean_ess(np.ones((3, 2)))).all()
 
 
 def test_average_ranks_equal_scipys_with_ties():

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from pymc_sgmcmc.core.effective_sample_size import mean_ess
+
 KINETIC_TEMPERATURE_TOLERANCE = 0.1
 """Relative departure of the mean kinetic temperature from 1 that fails the check."""
 
@@ -41,11 +43,7 @@ def _mean_and_standard_error(values: np.ndarray) -> tuple[float, float]:
     # what the checks look for, and left in it would pass for autocorrelation.
     index = np.arange(values.size)
     residuals = values - np.polyval(np.polyfit(index, values, 1), index)
-    # Imported here: it imports scipy.signal (0.5 s), which a worker process of
-    # pm.sample would otherwise pay before its first draw.
-    from arviz_stats.base import array_stats
-
-    ess = float(array_stats.ess(residuals[None], chain_axis=0, draw_axis=1, method="mean"))
+    ess = float(mean_ess(residuals[:, None])[0])
     ess = min(max(ess, 1.0), values.size) if np.isfinite(ess) else 1.0
     return float(values.mean()), float(residuals.std(ddof=1) / np.sqrt(ess))
 
