@@ -8,8 +8,10 @@ the compiled trajectory the step carries, or compiles it where PyTensor will not
 the rewritten graph; "fork" (``--mp-ctx fork``) copies the process instead. Printed: the
 pickled step's size, when each chain's first draw arrived (from the start of
 ``pm.sample``), the wall times, and the peak resident memory of this process and of the
-largest worker. Run it against another revision with ``PYTHONPATH=<checkout of that
-revision>``; the first line printed says which package ran.
+largest worker, and each worker's private memory (its unique set size, read while the
+chains run: the data a worker maps from shared memory are not in it). Run it against
+another revision with ``PYTHONPATH=<checkout of that revision>``; the first line printed
+says which package ran.
 
     bash run.sh python benchmarks/worker_processes.py --sampler SGHMC --chains 2
     bash run.sh python benchmarks/worker_processes.py --rows 1000000 --cols 20
@@ -24,7 +26,9 @@ import warnings
 
 import cloudpickle
 import numpy as np
+import psutil
 import pymc as pm
+import pymc.sampling.parallel
 
 import pymc_sgmcmc as pmsg
 
@@ -54,21 +58,40 @@ def main() -> None:
     start = time.perf_counter()
     first_draws: dict[int, float] = {}
 
+    private: dict[int, float] = {}
+    sent: list[int] = []
+
     def on_draw(trace, draw) -> None:
         first_draws.setdefault(draw.chain, time.perf_counter())
+        if draw.chain == 0 and draw.draw_idx == 500:  # both chains running, data read
+            for process in psutil.Process().children(recursive=True):
+                try:
+                    private[process.pid] = process.memory_full_info().uss / 2**20
+                except psutil.Error:
+                    pass
+
+    def recording_dumps(obj, *args, **kwargs):  # what PyMC sends each worker
+        pickled = dumps(obj, *args, **kwargs)
+        sent.append(len(pickled))
+        return pickled
+
+    dumps = cloudpickle.dumps
 
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = getattr(pmsg, args.sampler)(mode_kwargs={"progressbar": False})
         built = time.perf_counter() - start
-        pickled = len(cloudpickle.dumps(step, protocol=-1))  # what PyMC sends each worker
         sampling = time.perf_counter()
+        pymc.sampling.parallel.cloudpickle.dumps = recording_dumps
         pm.sample(
             draws=1000, tune=1000, chains=args.chains, cores=2, mp_ctx=args.mp_ctx,
             step=step, random_seed=1, progressbar=False, compute_convergence_checks=False,
             callback=on_draw,
         )  # fmt: skip
+    pymc.sampling.parallel.cloudpickle.dumps = dumps
     total = time.perf_counter() - start
+    pickled = sent[0] if sent else 0  # nothing pickled with "fork"
+    workers = sorted(private.values(), reverse=True)[: args.chains]  # the forkserver's less
     firsts = ", ".join(f"{first_draws[c] - sampling:.1f}" for c in sorted(first_draws))
     # ru_maxrss is in kB on Linux; the children's is the largest worker's.
     parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -77,7 +100,8 @@ def main() -> None:
         f"{args.sampler}, {args.chains} chains, {args.rows:,} × {args.cols}, {args.mp_ctx}: "
         f"step built in {built:.1f} s, pickled {pickled / 1e6:.1f} MB, first draws at "
         f"{firsts} s, sampling {total - built:.1f} s, {total:.1f} s all; peak memory "
-        f"{parent:.0f} MB here, {worker:.0f} MB in the largest worker"
+        f"{parent:.0f} MB here, {worker:.0f} MB in the largest worker; private memory of "
+        f"the workers {', '.join(f'{m:.0f}' for m in workers)} MB"
     )
 
 

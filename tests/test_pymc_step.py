@@ -189,9 +189,10 @@ def test_a_pickled_step_computes_what_the_original_does(minibatch_model):
         np.testing.assert_array_equal(outputs[name], value, err_msg=name)
 
 
-def test_a_step_sent_to_worker_processes_carries_the_data_once():
-    # PyMC pickles the step once for all its "forkserver"/"spawn" workers; the compiled
-    # trajectory's graph reads the model's data through the same shared variables.
+def test_a_pickled_step_carries_the_data_once():
+    # The compiled trajectory's graph reads the model's data through the same shared
+    # variables. (PyMC's own pickle for its workers sends the data by the name of a
+    # shared-memory segment instead: tests/test_worker_data.py.)
     rows = np.random.default_rng(3).normal(size=500_000)
     with pm.Model():
         mu = pm.Normal("mu", 0.0, PRIOR_SD)

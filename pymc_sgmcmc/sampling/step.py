@@ -42,7 +42,7 @@ from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.gradients.estimators import ChainEstimator
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.kernels.base import Kernel
-from pymc_sgmcmc.sampling import arguments, assembly, startup
+from pymc_sgmcmc.sampling import arguments, assembly, startup, worker_data
 from pymc_sgmcmc.sampling.chain import Chain, ChainParts
 from pymc_sgmcmc.sampling.model_graph import flat_logp, refuse_out_of_core
 from pymc_sgmcmc.sampling.non_centring import (
@@ -446,6 +446,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         # links it again (core/compilation.py's LinkedWhereUnpickled), where it spent
         # 53 s compiling RHMC's.
         self.trajectory_function  # noqa: B018 - compiled once, before pickling
+        if worker_data.pickled_for_pymc_workers() and worker_data.share_data_with_workers(
+            self.__dict__
+        ):
+            self._data.trust()  # the same values, in new arrays
         return self.__dict__.copy()
 
     def __setstate__(self, state: dict) -> None:
