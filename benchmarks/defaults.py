@@ -112,6 +112,7 @@ OURS = (
     "SGHMC",
     "SGNHT",
     "HMC",
+    "MALA",
     "HMCEM",
     "SGHMCEM",
     "SGNHTEM",

@@ -1,5 +1,6 @@
 """Helpers shared by the test files (imported as ``helpers``; tests/ is on sys.path)."""
 
+import inspect
 import math
 
 import numpy as np
@@ -67,13 +68,19 @@ def standard_error(values, ess):
     return float(np.std(values)) / math.sqrt(float(ess))
 
 
+def steps_per_draw(cls, n_steps):
+    """``{"n_steps": n_steps}`` where ``cls`` takes it (MALA makes one step a draw)."""
+    return {"n_steps": n_steps} if "n_steps" in inspect.signature(cls).parameters else {}
+
+
 def settings(cls):
-    """A sampler's settings on the conformance model (5 steps per draw).
+    """A sampler's settings on the conformance model (5 steps per draw where it has them).
 
     A fixed step in the model's units (SGLD's is a variance, so smaller); the EM
     samplers take an M step every 10 draws, so that short runs exercise it.
     """
     options = {"step_size": 2e-3 if cls.kernel.name == "sgld" else 0.05}
+    options |= steps_per_draw(cls, 5)
     if cls.mass_adapter_class is not None:
         options["sample_size"] = 10
     return options

@@ -15,7 +15,16 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from helpers import build_graphs_afresh, compiled, draws_of, sample, settings, stat, switch_model
+from helpers import (
+    build_graphs_afresh,
+    compiled,
+    draws_of,
+    sample,
+    settings,
+    stat,
+    steps_per_draw,
+    switch_model,
+)
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.sampling import SAMPLERS, StochasticGradientStep, samplers
@@ -50,7 +59,7 @@ def step(request, model):
     if cls.kernel.metric == "position_dependent":
         build_graphs_afresh()  # RHMC's and SGR-NPHMC's scans slow each other's rewrites
     with model:
-        return compiled(cls(n_steps=5, **settings(cls)))
+        return compiled(cls(**settings(cls)))
 
 
 def test_same_seed_gives_identical_draws_and_stats_and_another_seed_differs(step, model):
@@ -84,7 +93,8 @@ def test_statistics_are_the_declared_ones_with_their_dtypes(step, two_chains):
         values = stats[name].values
         assert values.shape == (2, 40, *shape), name
         assert values.dtype.kind == np.dtype(dtype).kind, (name, values.dtype, dtype)
-    np.testing.assert_array_equal(stat(two_chains, "n_steps"), 5)
+    np.testing.assert_array_equal(stat(two_chains, "n_steps"), step.n_steps)
+    assert step.n_steps == steps_per_draw(type(step), 5).get("n_steps", 1)
     assert not stat(two_chains, "diverging").any()
     assert np.all(np.isfinite(stat(two_chains, "minibatch_logp")))
 
@@ -175,6 +185,8 @@ def test_bad_input_is_refused_when_the_sampler_is_created(
         raise AssertionError("the arguments were checked after the model's graphs were built")
 
     monkeypatch.setattr(step_module, "flat_logp", too_late)
+    if "n_steps" in change and not steps_per_draw(sampler, 1):
+        error, match = TypeError, "it has no n_steps"  # MALA: one step a draw
     with model, pytest.raises(error, match=match):
         sampler(**(settings(sampler) | change))
 

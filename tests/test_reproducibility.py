@@ -11,7 +11,15 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import build_graphs_afresh, draws_of, sample, settings, stat, switch_model
+from helpers import (
+    build_graphs_afresh,
+    draws_of,
+    sample,
+    settings,
+    stat,
+    steps_per_draw,
+    switch_model,
+)
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.sampling import SAMPLERS
@@ -72,7 +80,7 @@ def test_a_step_built_afresh_with_the_same_seed_gives_identical_draws(model, cls
     for _ in range(2):
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            step = cls(n_steps=5, **default_arguments(cls, gradient))
+            step = cls(**steps_per_draw(cls, 5), **default_arguments(cls, gradient))
         runs.append(sample(step, model, **options))
     assert step.gradient == gradient
     np.testing.assert_array_equal(draws_of(runs[0], "theta"), draws_of(runs[1], "theta"))

@@ -160,6 +160,10 @@ class Kernel:
         The step size of ``step_size="auto"``, in units of the posterior's scale: the
         glue preconditions the chain with the Laplace covariance at the mode (its
         ``metric``), where every direction has about unit scale. None: no default.
+    target_accept : float
+        With an :attr:`energy` (a Metropolis–Hastings test), the mean acceptance that
+        ``step_size="auto"`` tunes the step size to: 0.8 for trajectories of several
+        leapfrog steps, as PyMC's NUTS; lower for one step (MALA's optimum is ~0.574).
     noise_damping : str, optional
         The parameter that the gradient noise must stay below (SGHMC's ``friction``,
         SGNHT's ``diffusion``); None: the injected noise is the step's own (SGLD), or
@@ -183,6 +187,7 @@ class Kernel:
     gradient_at_end: bool = False
     supports_spheres: bool = False
     default_step_size: float | None = None
+    target_accept: float = 0.8
     noise_damping: str | None = None
     checked_stats: tuple[str, ...] = ()
     metric: str = "none"

@@ -12,7 +12,7 @@ from typing import Any
 
 from pymc_sgmcmc.adaptation.em import MassEM
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.kernels import geodesic, hmc, riemannian, sghmc, sgld, sgnht, sgnphmc
+from pymc_sgmcmc.kernels import geodesic, hmc, mala, riemannian, sghmc, sgld, sgnht, sgnphmc
 from pymc_sgmcmc.sampling.step import StochasticGradientStep
 
 COMMON_PARAMETERS_DOC = """
@@ -96,6 +96,17 @@ def _with_sections(doc: str | None, sections: str) -> str:
     cleaning both parts gives the same docstring on every version.
     """
     return inspect.cleandoc(doc or "") + "\n\n" + inspect.cleandoc(sections) + "\n"
+
+
+def _without_parameter(sections: str, name: str) -> str:
+    """Numpydoc ``sections`` without parameter ``name``'s entry (up to the next one)."""
+    lines = inspect.cleandoc(sections).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{name} : "))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
+        len(lines),
+    )
+    return "\n".join(lines[:start] + lines[end:])
 
 
 EM_OPTIONS = (
@@ -402,6 +413,65 @@ class HMC(StochasticGradientStep):
             step_size=step_size,
             n_steps=n_steps,
             kernel_params=hmc.parameters(),
+            mass=mass,
+            refresh_every_trajectory=True,
+            step_jitter=step_jitter,
+            **kwargs,
+        )
+
+
+@register
+class MALA(StochasticGradientStep):
+    """Metropolis-adjusted Langevin algorithm: one Langevin step, then a full-data test.
+
+    Bhardwaj, Khatri and Gupta, "Online MCMC based Bayesian inference", §2.1: the
+    proposal ``θ' ~ N(θ + η/2 M⁻¹∇L(θ), η M⁻¹)`` and a Metropolis–Hastings test with the
+    **full-data** log density. It is :class:`HMC` with one leapfrog step per draw
+    (``ε = √η``, the same proposal and the same test: :mod:`pymc_sgmcmc.kernels.mala`),
+    whose ``step_size="auto"`` tunes ``ε`` during tuning to a mean acceptance of 0.574,
+    the optimum for a Langevin proposal, and preconditions it with the Laplace
+    covariance at the mode. With ``pm.Minibatch`` data the proposal uses minibatch
+    gradients (the rows of its two gradients drawn apart) and the test corrects for
+    them, at the cost of a pass over the data per draw: the survey's baseline for the
+    stochastic-gradient samplers, exact at any step size.
+
+    Parameters
+    ----------
+    mass : float, array, optional
+        ``M``, as :class:`HMC`'s; by default the Laplace covariance's inverse at the mode.
+    step_jitter : float, default 0
+        As :class:`HMC`'s. One step per draw cannot resonate with the target, so the
+        step is fixed by default.
+
+    Statistics
+    ----------
+    :class:`HMC`'s: ``kinetic_temperature``, ``accept``, ``accepted``, ``energy_error``
+    and ``model_logp``.
+    """
+
+    __doc__ = _with_sections(__doc__, _without_parameter(COMMON_PARAMETERS_DOC, "n_steps"))
+    name = "mala"
+    kernel = mala.KERNEL
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule | str = "auto",
+        mass=None,
+        step_jitter: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        if "n_steps" in kwargs:
+            raise TypeError(
+                "MALA takes one Langevin step per draw: it has no n_steps. For several "
+                "leapfrog steps per Metropolis test, use pmsg.HMC(n_steps=...)."
+            )
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=1,
+            kernel_params=mala.parameters(),
             mass=mass,
             refresh_every_trajectory=True,
             step_jitter=step_jitter,
@@ -770,6 +840,7 @@ __all__ = [
     "GSGNHT",
     "HMC",
     "HMCEM",
+    "MALA",
     "RHMC",
     "SGGMC",
     "SGHMC",

@@ -257,6 +257,7 @@ def start_up(
         step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
             share * kernel.default_step_size,
             metropolis=kernel.energy is not None,
+            target_accept=kernel.target_accept,
             damping=damping,
             jitter=jitter,
             estimates_noise=estimated_noise,
