@@ -109,6 +109,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 OURS = (
     "SGLD",
+    "PSGLD",
     "SGHMC",
     "SGNHT",
     "HMC",

@@ -28,19 +28,19 @@ def example_blocks():
 def test_the_worked_example_adds_a_working_sampler():
     kernel_code, class_code = example_blocks()
     module: dict = {}
-    exec(compile(kernel_code, "psgld.py", "exec"), module)  # noqa: S102 - the page's code
+    exec(compile(kernel_code, "fpsgld.py", "exec"), module)  # noqa: S102 - the page's code
     # The page's @register, recorded here rather than in the package's SAMPLERS (which
     # other tests in this process read).
     registered = []
     namespace = {
         "StochasticGradientStep": StochasticGradientStep,
-        "psgld": type("M", (), module),
+        "fpsgld": type("M", (), module),
         "register": lambda cls: registered.append(cls) or cls,
     }
     exec(compile(class_code, "samplers.py", "exec"), namespace)  # noqa: S102
-    psgld_class = namespace["PSGLD"]
-    assert registered == [psgld_class]
-    assert psgld_class.kernel.name == "psgld"
+    fpsgld_class = namespace["FPSGLD"]
+    assert registered == [fpsgld_class]
+    assert fpsgld_class.kernel.name == "fpsgld"
 
     # theta ~ N(0, diag(1, 4)), preconditioned by M⁻¹ = diag(1, 4): every direction then
     # relaxes alike. With ε = 0.1 the chain's stationary variance is the exact one over
@@ -48,7 +48,7 @@ def test_the_worked_example_adds_a_working_sampler():
     sd = np.array([1.0, 2.0])
     with pm.Model() as model:
         pm.Normal("theta", 0.0, sd, shape=2)
-        step = psgld_class(step_size=0.1, n_steps=5, mass=1.0 / sd**2)
+        step = fpsgld_class(step_size=0.1, n_steps=5, mass=1.0 / sd**2)
     idata = sample(step, model, draws=2000, tune=200, chains=2, random_seed=4)
     theta = idata.posterior["theta"].values.reshape(-1, 2)
     ess = az.ess(idata)["theta"].values

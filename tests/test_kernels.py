@@ -35,6 +35,9 @@ def params_for(kernel, step_size=0.1, dim=2):
         "thermostat_mass": 0.0,  # 0: the dimension
         "temperature": 1.0,
         "degrees_of_freedom": 0.0,
+        "decay": 0.99,
+        "offset": 1e-5,
+        "adapting": 1.0,
         "metric": euclidean_metric(np.array([1.0, 2.0]), dim),
         "layout": SphereLayout.from_blocks([(dim, None)]),
     }

@@ -10,9 +10,21 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
+
 from pymc_sgmcmc.adaptation.em import MassEM
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
-from pymc_sgmcmc.kernels import geodesic, hmc, mala, riemannian, sghmc, sgld, sgnht, sgnphmc
+from pymc_sgmcmc.kernels import (
+    geodesic,
+    hmc,
+    mala,
+    psgld,
+    riemannian,
+    sghmc,
+    sgld,
+    sgnht,
+    sgnphmc,
+)
 from pymc_sgmcmc.sampling.step import StochasticGradientStep
 
 COMMON_PARAMETERS_DOC = """
@@ -161,6 +173,71 @@ class SGLD(StochasticGradientStep):
     ) -> None:
         super().__init__(
             vars, step_size=step_size, n_steps=n_steps, kernel_params=sgld.parameters(), **kwargs
+        )
+
+
+@register
+class PSGLD(StochasticGradientStep):
+    """Preconditioned SGLD: Langevin steps preconditioned by RMSprop's running mean square.
+
+    Li, Chen, Carlson and Carin, "Preconditioned Stochastic Gradient Langevin Dynamics
+    for Deep Neural Networks" (Bhardwaj, Khatri and Gupta, "Online MCMC based Bayesian
+    inference", §3.2): at every step ``V ← α V + (1 − α) ḡ²`` from the step's minibatch
+    gradient, ``G = 1/(λ + √V)``, and ``θ ← θ + η G ∇log p̃(θ) + N(0, 2η G)``
+    (:mod:`pymc_sgmcmc.kernels.psgld`). Two choices of ours, both to keep the posterior:
+
+    - ``V`` learns during tuning and is held for the kept draws, where ``G`` is then
+      constant and the paper's correction term ``Γ(θ)`` (the divergence of ``G``, which
+      the paper drops) is exactly zero;
+    - the steps act in the coordinates that whiten the diagonal metric (the Laplace
+      covariance at the mode with ``step_size="auto"``, learned in windows during
+      tuning), where ``V`` starts at 1 and ``G`` stays near 1 except in coordinates whose
+      gradient is noisy, which it slows. With ``mass=1`` and a ``step_size`` of your own
+      (no mode search) the steps are the paper's, in the model's own coordinates.
+
+    Parameters
+    ----------
+    decay : float, default 0.99
+        ``α``, RMSprop's decay: ``V`` averages the last ~``1/(1 − α)`` steps.
+    offset : float, default 1e-5
+        ``λ``, which keeps ``G`` finite where ``V`` is near 0.
+    mass : float or vector, optional
+        A diagonal mass ``M`` (the preconditioner acts coordinate by coordinate in its
+        whitened coordinates); by default the Laplace covariance's inverse diagonal.
+
+    Statistics
+    ----------
+    SGLD's, and ``preconditioner_min``, ``preconditioner_max`` (the range of ``G`` at the
+    draw).
+    """
+
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
+    name = "psgld"
+    kernel = psgld.KERNEL
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule | str = "auto",
+        n_steps: int = 10,
+        decay: float = 0.99,
+        offset: float = 1e-5,
+        mass=None,
+        **kwargs: Any,
+    ) -> None:
+        if mass is not None and np.ndim(mass) == 2:
+            raise ValueError(
+                "PSGLD preconditions coordinate by coordinate: pass a diagonal mass (a "
+                "number or a vector), or use SGLD for a dense one."
+            )
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=psgld.parameters(decay=decay, offset=offset),
+            mass=mass,
+            **kwargs,
         )
 
 
@@ -841,6 +918,7 @@ __all__ = [
     "HMC",
     "HMCEM",
     "MALA",
+    "PSGLD",
     "RHMC",
     "SGGMC",
     "SGHMC",

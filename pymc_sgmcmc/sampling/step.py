@@ -420,6 +420,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     @sampling_state.setter
     def sampling_state(self, state: StochasticGradientState) -> None:
         ArrayStepShared.sampling_state.fset(self, state)
+        self.tuning.follow_tuning(self.chain.tune)
         self.tuning.read_parameters()  # the adapters may own parameters, e.g. the mass
         self.chain.drop_block(None)  # computed ahead from the state replaced
         self._returned = None

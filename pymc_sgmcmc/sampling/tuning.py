@@ -97,11 +97,23 @@ class Tuning:
         """Reset every adapter for a new chain."""
         for adapter in self.adapters:
             adapter.init_chain(context)
+        self.follow_tuning(bool(context.tune))
 
     def finalize(self) -> None:
         """Tuning has ended: the adapters freeze what they learned."""
         for adapter in self.adapters:
             adapter.finalize()
+        self.follow_tuning(False)
+
+    def follow_tuning(self, tuning: bool) -> None:
+        """Set the kernel's tuning parameter, if it has one.
+
+        :attr:`~pymc_sgmcmc.kernels.base.Kernel.tuning_parameter`: 1 while tuning, 0 after;
+        read with the others at the next :meth:`read_parameters`.
+        """
+        name = self.kernel.tuning_parameter
+        if name is not None:
+            self.fixed_parameters[name] = 1.0 if tuning else 0.0
 
     def stats(self) -> dict[str, Any]:
         """The mass's per-draw statistics (zeros for a fixed one)."""
