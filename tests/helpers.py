@@ -1,6 +1,5 @@
 """Helpers shared by the test files (imported as ``helpers``; tests/ is on sys.path)."""
 
-import inspect
 import math
 
 import numpy as np
@@ -69,8 +68,8 @@ def standard_error(values, ess):
 
 
 def steps_per_draw(cls, n_steps):
-    """``{"n_steps": n_steps}`` where ``cls`` takes it (MALA makes one step a draw)."""
-    return {"n_steps": n_steps} if "n_steps" in inspect.signature(cls).parameters else {}
+    """``{"n_steps": n_steps}`` where ``cls`` takes it (MALA fixes one step a draw)."""
+    return {"n_steps": n_steps} if cls.fixed_n_steps is None else {}
 
 
 def settings(cls):

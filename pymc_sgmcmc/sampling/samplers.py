@@ -529,6 +529,7 @@ class MALA(StochasticGradientStep):
     __doc__ = _with_sections(__doc__, _without_parameter(COMMON_PARAMETERS_DOC, "n_steps"))
     name = "mala"
     kernel = mala.KERNEL
+    fixed_n_steps = 1
 
     def __init__(
         self,
@@ -547,7 +548,7 @@ class MALA(StochasticGradientStep):
         super().__init__(
             vars,
             step_size=step_size,
-            n_steps=1,
+            n_steps=self.fixed_n_steps,
             kernel_params=mala.parameters(),
             mass=mass,
             refresh_every_trajectory=True,

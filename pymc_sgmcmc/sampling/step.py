@@ -123,6 +123,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     mass_adapter_class: ClassVar[type[Adapter] | None] = None
     """The type of the mass adapter, for the statistics it adds."""
 
+    fixed_n_steps: ClassVar[int | None] = None
+    """The integrator steps of every draw where the sampler fixes them (MALA's one), in
+    which case it takes no ``n_steps``; None where ``n_steps`` is the user's."""
+
     default_blocked = True
     _state_class = StochasticGradientState
     stats_dtypes_shapes: ClassVar[dict] = dict(GENERIC_STATS)
