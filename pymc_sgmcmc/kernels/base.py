@@ -160,10 +160,6 @@ class Kernel:
         The step size of ``step_size="auto"``, in units of the posterior's scale: the
         glue preconditions the chain with the Laplace covariance at the mode (its
         ``metric``), where every direction has about unit scale. None: no default.
-    diagonal_metric : bool
-        Whether the kernel needs a diagonal metric (it acts coordinate by coordinate in
-        the metric's whitened coordinates, as pSGLD's preconditioner): the glue then keeps
-        only the variances of the Laplace covariance.
     tuning_parameter : str, optional
         A parameter the glue sets to 1 while the chain tunes and to 0 after (pSGLD's
         ``adapting``: its preconditioner learns only during tuning).
@@ -195,7 +191,6 @@ class Kernel:
     supports_spheres: bool = False
     default_step_size: float | None = None
     target_accept: float = 0.8
-    diagonal_metric: bool = False
     tuning_parameter: str | None = None
     noise_damping: str | None = None
     checked_stats: tuple[str, ...] = ()

@@ -3,8 +3,8 @@
 Li, Chen, Carlson and Carin, "Preconditioned Stochastic Gradient Langevin Dynamics for
 Deep Neural Networks" (the survey's §3.2): the update rules are
 :mod:`pymc_sgmcmc.dynamics.psgld`. Here they act in the coordinates that whiten the
-step's diagonal metric ``M`` (the Laplace covariance at the mode by default, learned in
-windows during tuning): ``u = √M θ``, where a posterior near its Laplace approximation
+step's metric ``M = L Lᵀ`` (the Laplace covariance at the mode by default, rescaled in
+windows during tuning): ``u = Lᵀθ``, where a posterior near its Laplace approximation
 has unit scale and RMSprop's mean square ``V`` of the whitened gradient is about 1 plus
 the gradient noise's variance, so ``G ≈ 1/√(1 + noise)`` slows the coordinates whose
 gradient is noisy and leaves the others at SGLD's step. With the identity mass (a step
@@ -34,7 +34,7 @@ class PSGLDState(NamedTuple):
 
 
 class PSGLDParams(NamedTuple):
-    """pSGLD's parameters: ``η``, the diagonal metric, ``α``, ``λ`` and the adapting flag."""
+    """pSGLD's parameters: ``η``, the metric ``M``, ``α``, ``λ`` and the adapting flag."""
 
     step_size: Array
     metric: EuclideanMetric
@@ -64,13 +64,30 @@ def init(position: Array, normal: Array, params: PSGLDParams) -> PSGLDState:
 
 
 def step(state: PSGLDState, target: Target, noise: Array, params: PSGLDParams) -> PSGLDState:
-    """Steps (c)-(e) of §3.2 in the coordinates ``u = √M θ`` of the diagonal metric."""
-    scale = params.metric.factor  # √diag(M)
-    whitened = target.grad(state.position) / scale  # ∇_u log p̃ = ∇_θ log p̃ / √M
-    mean_square = rmsprop_mean_square(state.mean_square, whitened, params.decay, params.adapting)
+    """Steps (c)-(e) of §3.2 in the coordinates ``u = Lᵀθ`` that whiten ``M = L Lᵀ``.
+
+    There ``∇_u = L⁻¹∇_θ = Lᵀ M⁻¹ ∇_θ`` and a move ``Δu`` is ``Δθ = L⁻ᵀΔu = M⁻¹ L Δu``:
+    products with the metric's factor and inverse, no triangular solve. With ``G = 1`` the
+    step is SGLD's in the metric (drift ``η M⁻¹∇``, noise ``N(0, 2η M⁻¹)``).
+    """
+    metric, position = params.metric, state.position
+    factor = metric.factor  # L: √diag(M), or the lower Cholesky factor of a dense M
+    whitened_gradient = _times_factor_transposed(
+        factor, metric.velocity(position, target.grad(position))
+    )
+    mean_square = rmsprop_mean_square(
+        state.mean_square, whitened_gradient, params.decay, params.adapting
+    )
     preconditioner = rmsprop_preconditioner(mean_square, params.offset)
-    moved = psgld_step(state.position * scale, whitened, noise, params.step_size, preconditioner)
-    return PSGLDState(moved / scale, mean_square)
+    move = psgld_step(position * 0.0, whitened_gradient, noise, params.step_size, preconditioner)
+    return PSGLDState(
+        position + metric.velocity(position, metric.momentum(position, move)), mean_square
+    )
+
+
+def _times_factor_transposed(factor: Array, vector: Array) -> Array:
+    """``Lᵀ v`` for a diagonal (1-D) or lower-triangular (2-D) factor."""
+    return factor.T @ vector if factor.ndim == 2 else factor * vector
 
 
 def stats(state: PSGLDState, info: dict, params: PSGLDParams) -> dict:
@@ -81,7 +98,6 @@ def stats(state: PSGLDState, info: dict, params: PSGLDParams) -> dict:
 
 KERNEL = Kernel(
     metric="euclidean",
-    diagonal_metric=True,
     coordinatewise=True,
     name="psgld",
     state_type=PSGLDState,

@@ -10,8 +10,6 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import numpy as np
-
 from pymc_sgmcmc.adaptation.em import MassEM
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
 from pymc_sgmcmc.kernels import (
@@ -189,11 +187,12 @@ class PSGLD(StochasticGradientStep):
     - ``V`` learns during tuning and is held for the kept draws, where ``G`` is then
       constant and the paper's correction term ``Γ(θ)`` (the divergence of ``G``, which
       the paper drops) is exactly zero;
-    - the steps act in the coordinates that whiten the diagonal metric (the Laplace
-      covariance at the mode with ``step_size="auto"``, learned in windows during
-      tuning), where ``V`` starts at 1 and ``G`` stays near 1 except in coordinates whose
-      gradient is noisy, which it slows. With ``mass=1`` and a ``step_size`` of your own
-      (no mode search) the steps are the paper's, in the model's own coordinates.
+    - the steps act in the coordinates ``u = Lᵀθ`` that whiten the metric ``M = L Lᵀ``
+      (the Laplace covariance at the mode with ``step_size="auto"``, rescaled in windows
+      during tuning), where ``V`` starts at 1 and ``G`` stays near 1 except in
+      coordinates whose gradient is noisy, which it slows. With ``mass=1`` and a
+      ``step_size`` of your own (no mode search) the steps are the paper's, in the
+      model's own coordinates.
 
     Parameters
     ----------
@@ -201,9 +200,9 @@ class PSGLD(StochasticGradientStep):
         ``α``, RMSprop's decay: ``V`` averages the last ~``1/(1 − α)`` steps.
     offset : float, default 1e-5
         ``λ``, which keeps ``G`` finite where ``V`` is near 0.
-    mass : float or vector, optional
-        A diagonal mass ``M`` (the preconditioner acts coordinate by coordinate in its
-        whitened coordinates); by default the Laplace covariance's inverse diagonal.
+    mass : float, array, optional
+        ``M``, as :class:`SGLD`'s; by default the Laplace covariance's inverse at the
+        mode.
 
     Statistics
     ----------
@@ -226,11 +225,6 @@ class PSGLD(StochasticGradientStep):
         mass=None,
         **kwargs: Any,
     ) -> None:
-        if mass is not None and np.ndim(mass) == 2:
-            raise ValueError(
-                "PSGLD preconditions coordinate by coordinate: pass a diagonal mass (a "
-                "number or a vector), or use SGLD for a dense one."
-            )
         super().__init__(
             vars,
             step_size=step_size,

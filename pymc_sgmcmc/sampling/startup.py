@@ -251,8 +251,7 @@ def start_up(
     if automatic:
         mass_adapter, metric = kernel_parameters.preconditioned(
             kernel, mode.covariance, mass_adapter=mass_adapter, mass_given=mass_given,
-            adapt_mass=adapt_mass, diagonal=grouping is not None or kernel.diagonal_metric,
-            dtype=dtype,
+            adapt_mass=adapt_mass, diagonal=grouping is not None, dtype=dtype,
         )  # fmt: skip
         share = 1.0 if grouping is None else GROUPED_STEP_SHARE
         step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
