@@ -26,14 +26,12 @@ def bulk_ess(draws: np.ndarray) -> np.ndarray:
     (Blom's offset 3/8), then :func:`split_chains_ess`. NaN where fewer than 4 draws.
     """
     draws = np.asarray(draws, dtype=float)
-    n_draws, dim = draws.shape
-    if n_draws < 4:
-        return np.full(dim, np.nan)
-    half = n_draws // 2
-    split = np.concatenate([draws[:half], draws[n_draws - half :]])
-    ranks = average_ranks(split)
-    normal = scipy.special.ndtri((ranks - 3 / 8) / (split.shape[0] + 1 / 4))
-    return split_chains_ess(normal.reshape(2, half, dim))
+    if draws.shape[0] < 4:
+        return np.full(draws.shape[1], np.nan)
+    halves = _halves(draws)
+    ranks = average_ranks(halves.reshape(-1, draws.shape[1]))
+    normal = scipy.special.ndtri((ranks - 3 / 8) / (ranks.shape[0] + 1 / 4))
+    return split_chains_ess(normal.reshape(halves.shape))
 
 
 def mean_ess(draws: np.ndarray) -> np.ndarray:
@@ -46,11 +44,15 @@ def mean_ess(draws: np.ndarray) -> np.ndarray:
     ``stats`` with them: ~1.8 s) before it could hand back its last draw.
     """
     draws = np.asarray(draws, dtype=float)
-    n_draws, dim = draws.shape
-    if n_draws < 4:
-        return np.full(dim, np.nan)
-    half = n_draws // 2
-    return split_chains_ess(np.stack([draws[:half], draws[n_draws - half :]]))
+    if draws.shape[0] < 4:
+        return np.full(draws.shape[1], np.nan)
+    return split_chains_ess(_halves(draws))
+
+
+def _halves(draws: np.ndarray) -> np.ndarray:
+    """One chain split in two, ``(2, n_draws // 2, D)``, as ArviZ splits it (odd: middle out)."""
+    half = draws.shape[0] // 2
+    return np.stack([draws[:half], draws[draws.shape[0] - half :]])
 
 
 def average_ranks(values: np.ndarray) -> np.ndarray:

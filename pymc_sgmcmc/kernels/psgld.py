@@ -79,6 +79,7 @@ def step(state: PSGLDState, target: Target, noise: Array, params: PSGLDParams) -
         state.mean_square, whitened_gradient, params.decay, params.adapting
     )
     preconditioner = rmsprop_preconditioner(mean_square, params.offset)
+    # Step (e) from u = 0 gives the move Δu itself, whatever u is.
     move = psgld_step(position * 0.0, whitened_gradient, noise, params.step_size, preconditioner)
     return PSGLDState(
         position + metric.velocity(position, metric.momentum(position, move)), mean_square

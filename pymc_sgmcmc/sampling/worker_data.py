@@ -30,7 +30,6 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
-from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from pytensor.link.basic import Container
 
@@ -96,22 +95,14 @@ class SharedArray(np.ndarray):
     """
 
     _segment: _Segment | None = None
+    """Set on the segment's whole array only: a view (a slice, a reshape) is a new object
+    without it, and is pickled with its data."""
 
     def __reduce_ex__(self, protocol: int) -> Any:
         segment = self._segment
-        if segment is not None and _is_whole(self, segment) and pickled_for_pymc_workers():
+        if segment is not None and pickled_for_pymc_workers():
             return (_attach, (segment.name, self.shape, self.dtype.str))
         return np.asarray(self).__reduce_ex__(protocol)
-
-
-def _is_whole(array: np.ndarray, segment: _Segment) -> bool:
-    """Whether ``array`` is the segment's whole array, not a view of part of it."""
-    start = np.frombuffer(segment.buf, dtype=np.uint8, count=0).__array_interface__["data"][0]
-    return (
-        array.__array_interface__["data"][0] == start
-        and array.flags.c_contiguous
-        and array.nbytes <= segment.size
-    )
 
 
 def _attach(name: str, shape: tuple[int, ...], dtype: str) -> SharedArray:
@@ -173,10 +164,9 @@ def data_holders(state: Any) -> list[tuple[Constant | Container, np.ndarray]]:
 
     class Finder(cloudpickle.Pickler):
         def reducer_override(self, obj: Any) -> Any:
+            # A shared variable's value is found through its container, pickled with it.
             if isinstance(obj, Constant) and _large(obj.data):
                 found.append((obj, obj.data))
-            elif isinstance(obj, SharedVariable) and _large(obj.container.storage[0]):
-                found.append((obj.container, obj.container.storage[0]))
             elif isinstance(obj, Container) and _large(obj.storage[0]):
                 found.append((obj, obj.storage[0]))
             elif _large(obj):
