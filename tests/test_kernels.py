@@ -13,6 +13,7 @@ import pytest
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.kernels import hmc, sghmc, sgld, sgnht, sgnphmc
 from pymc_sgmcmc.kernels.base import Kernel, Target, tree_flatten, tree_replace
+from pymc_sgmcmc.manifolds.simplex import SimplexLayout
 from pymc_sgmcmc.manifolds.sphere import SphereLayout
 from pymc_sgmcmc.metrics import euclidean_metric
 from pymc_sgmcmc.sampling import SAMPLERS
@@ -40,6 +41,10 @@ def params_for(kernel, step_size=0.1, dim=2):
         "adapting": 1.0,
         "metric": euclidean_metric(np.array([1.0, 2.0]), dim),
         "layout": SphereLayout.from_blocks([(dim, None)]),
+        # the whole position one simplex of K = dim + 1 categories
+        "simplices": SimplexLayout.from_blocks([(dim, dim + 1)]),
+        "simplex_shape": np.array([5.0]),
+        "integrator": "gamma",
     }
     return kernel.params_type(**{f: values[f] for f in kernel.params_type._fields})
 
@@ -94,7 +99,7 @@ def test_every_kernel_steps_with_numpy_and_keeps_its_state_shapes(name):
     target = gaussian_target()
     if kernel.prepare is not None:
         state = kernel.prepare(state, target, params)
-    noise = rng.standard_normal(2 + kernel.step_noise_extra) if kernel.step_noise else None
+    noise = rng.standard_normal(2 + kernel.extra_normals(params)) if kernel.step_noise else None
     new, info = kernel.step_with_info(state, target, noise, params)
     assert type(new) is kernel.state_type
     assert set(info) == set(kernel.step_info)

@@ -42,3 +42,14 @@ def namespace(*arrays: Any) -> ModuleType:
 
         return pt
     return np
+
+
+def with_entries(vector: Array, indices: Any, values: Array) -> Array:
+    """A copy of ``vector`` with ``vector[indices] = values`` (the original unchanged)."""
+    if is_symbolic(vector, values):
+        import pytensor.tensor as pt
+
+        return pt.set_subtensor(pt.as_tensor_variable(vector)[indices], values)
+    result = np.array(vector, copy=True)
+    result[indices] = values
+    return result

@@ -148,14 +148,24 @@ class Kernel:
         the user passes "auto" (SGHMC's ``noise_estimate``).
     step_noise : bool
         Whether :attr:`step` takes a standard normal draw per step.
-    step_noise_extra : int
+    step_noise_extra : int or callable
         Standard normal numbers a step needs beyond one per coordinate (the draw is then
-        a vector of ``D + step_noise_extra``), e.g. for a thermostat's own noise.
+        a vector of ``D + step_noise_extra``), e.g. for a thermostat's own noise; or
+        ``params -> int`` where the count depends on the model (one per simplex).
     gradient_at_end : bool
         Whether the last gradient :attr:`step` evaluates is at the position it returns
         (then the glue hands it to adapters for free).
     supports_spheres : bool
         Whether the kernel keeps sphere-valued variables on their spheres.
+    noise_whitening : callable, optional
+        ``(params, position, state) -> whitening``: what whitens a gradient's error for
+        this kernel's gradient-noise ratio (an object with ``whiten(vector)``; ``state``
+        may be None), where the metric alone does not (SGRLD's simplices). None: the
+        metric.
+    supports_simplices : bool
+        Whether the kernel moves simplex-valued variables (PyMC's ``simplex`` transform)
+        on their simplices; its parameters then have a ``simplices`` field (the
+        :class:`~pymc_sgmcmc.manifolds.simplex.SimplexLayout`) and a ``simplex_shape``.
     default_step_size : float, optional
         The step size of ``step_size="auto"``, in units of the posterior's scale: the
         glue preconditions the chain with the Laplace covariance at the mode (its
@@ -186,9 +196,11 @@ class Kernel:
     step_info: dict[str, str] = field(default_factory=dict)
     refresh_first: bool = False
     step_noise: bool = True
-    step_noise_extra: int = 0
+    step_noise_extra: int | Callable[..., int] = 0
     gradient_at_end: bool = False
     supports_spheres: bool = False
+    supports_simplices: bool = False
+    noise_whitening: Callable[..., Any] | None = None
     default_step_size: float | None = None
     target_accept: float = 0.8
     tuning_parameter: str | None = None
@@ -214,6 +226,8 @@ class Kernel:
             )
         if self.supports_spheres != ("layout" in fields):
             raise TypeError(f"{self.name}: supports_spheres and a 'layout' field go together.")
+        if self.supports_simplices != ("simplices" in fields):
+            raise TypeError(f"{self.name}: supports_simplices and a 'simplices' field go together.")
         unknown = {self.estimated_noise, self.noise_damping} - {None, *fields}
         if unknown:
             raise TypeError(f"{self.name}: no parameter field {sorted(unknown)}.")
@@ -245,6 +259,11 @@ class Kernel:
         if self.held_step is not None:
             return self.held_step(state, target, noise, params, moving), {}
         return self.step_with_info(state, target, noise, params)
+
+    def extra_normals(self, params: Params) -> int:
+        """How many standard normal numbers a step takes beyond one per coordinate."""
+        extra = self.step_noise_extra
+        return int(extra(params) if callable(extra) else extra)
 
     @property
     def holds_coordinates(self) -> bool:

@@ -25,6 +25,7 @@ from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_slices
+from pymc_sgmcmc.sampling.simplices import simplex_layout, simplex_shapes
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
 from pymc_sgmcmc.sampling.tuning import Tuning
@@ -97,9 +98,10 @@ def assemble(
     """
     dtype = graph.position.dtype
     layout = sphere_layout(model, vars, initial_point, sampler) if kernel.supports_spheres else None
+    simplices = simplex_layout(model, vars, initial_point) if kernel.supports_simplices else None
     fixed, estimated_noise = kernel_parameters.fixed_parameters(
         kernel, kernel_params, mass=mass, mass_adapter=mass_adapter, layout=layout, dim=dim,
-        dtype=dtype,
+        dtype=dtype, simplices=simplices,
     )  # fmt: skip
     n_rows = [g.n_rows() for g in graph.groups]
     data = CheckedData(
@@ -134,6 +136,30 @@ def assemble(
         # at every trajectory would never carry their gradient into their position
         # (measured: a random walk, intercepts 10 sds off). It persists instead.
         refresh_every_trajectory = False
+    shapes_at = None
+    if simplices is not None:
+
+        def shapes_at(mode: ModeResult | None) -> np.ndarray:
+            return np.asarray(
+                simplex_shapes(
+                    simplices, model=model, vars=vars, point=initial_point,
+                    mode_position=None if mode is None else mode.position,
+                    covariance=None if mode is None else mode.covariance,
+                    given=fixed.get("simplex_shape", "auto"),
+                ),
+                dtype=dtype,
+            )  # fmt: skip
+
+    noise_whitening = None
+    if kernel.noise_whitening is not None:
+
+        def noise_whitening(mode: ModeResult, metric: Any) -> Any:
+            shapes = {} if shapes_at is None else {"simplex_shape": shapes_at(mode)}
+            params = kernel.params_type(
+                **{**fixed, "metric": metric, "step_size": np.nan, **shapes}
+            )
+            return kernel.noise_whitening(params, mode.position, None)
+
     # The kernel's friction or diffusion: C of the gradient-noise ratio (else 1).
     damping = float(fixed[kernel.noise_damping]) if kernel.noise_damping else 1.0
     start = startup.start_up(
@@ -152,9 +178,13 @@ def assemble(
         mass_adapter=mass_adapter, mass_given=mass is not None or "metric" in (kernel_params or {}),
         adapt_mass=adapt_mass, damping=damping, estimated_noise=estimated_noise,
         noise_checkable=kernel.noise_erodes_it,
+        decoupled=None if simplices is None else simplices.simplex_indices,
+        noise_whitening=noise_whitening,
     )  # fmt: skip
     if start.metric is not None:
         fixed["metric"] = start.metric
+    if shapes_at is not None:
+        fixed["simplex_shape"] = shapes_at(start.mode)
     tuning = Tuning(
         start.step_size_adapter, start.mass_adapter, kernel=kernel, damping=damping,
         n_steps=n_steps, groups=whole_groups, fixed_parameters=fixed, dtype=dtype,

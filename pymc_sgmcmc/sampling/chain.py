@@ -202,7 +202,11 @@ class Chain(WithSamplingState):
         By the chain's estimator at its anchor, in the current metric unless ``metric``
         is given, on rows drawn from ``rng``.
         """
-        metric = self.parts.tuning.params.metric if metric is None else metric
+        if metric is None:
+            params, kernel = self.parts.tuning.params, self.parts.kernel
+            metric = params.metric
+            if kernel.noise_whitening is not None:
+                metric = kernel.noise_whitening(params, position, self.kernel_state)
         return self.estimator.noise_variance(position, rng, self.n_rows, metric)
 
     def inputs(self, position: np.ndarray, rng: np.random.Generator) -> dict[str, Any]:

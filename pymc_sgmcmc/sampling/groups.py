@@ -630,8 +630,8 @@ def group_minibatches(
     if not groups_supported(kernel):
         reasons.append(
             "its kernel cannot hold a group's parameters in place (a Metropolis test, a "
-            "Nosé-Poincaré thermostat, a position-dependent metric; SGLD, SGHMC and "
-            "SGNHT can)"
+            "Nosé-Poincaré thermostat, a position-dependent metric, SGRLD's simplices; "
+            "SGLD, SGHMC and SGNHT can)"
         )
     if minibatch != "step":
         reasons.append(f"minibatch={minibatch!r} (whole groups are drawn for every step)")

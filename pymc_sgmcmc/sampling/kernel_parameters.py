@@ -33,8 +33,9 @@ def fixed_parameters(
     layout: Any,
     dim: int,
     dtype: Any,
+    simplices: Any = None,
 ) -> FixedParameters:
-    """The kernel's fixed parameters: the user's, the metric from ``mass=``, the layout.
+    """The kernel's fixed parameters: the user's, the metric from ``mass=``, the layouts.
 
     A noise estimate given as "auto" (SGHMC's ``noise_estimate``) starts at 0 and is set
     from the gradient noise measured with the step size during tuning.
@@ -48,6 +49,8 @@ def fixed_parameters(
         fixed["metric"] = euclidean_metric(mass, dim, dtype)
     if kernel.supports_spheres:
         fixed["layout"] = layout
+    if kernel.supports_simplices:
+        fixed["simplices"] = simplices
     values = {
         key: np.asarray(value, dtype=dtype) if isinstance(value, float) else value
         for key, value in fixed.items()
@@ -64,6 +67,7 @@ def preconditioned(
     adapt_mass: bool,
     diagonal: bool,
     dtype: Any,
+    decoupled: np.ndarray | None = None,
 ) -> tuple[Adapter | None, Any]:
     """The mass adapter and fixed metric a Laplace ``covariance`` starts a chain from.
 
@@ -72,12 +76,15 @@ def preconditioned(
     learned in windows (``adapt_mass``) or the Laplace one kept; a mass the user gave, and
     a position-dependent metric (the sampler's own, whose default step size is in its
     units), stay. ``diagonal``: keep only the variances (a grouped step's held coordinates
-    must not drift with the others' momenta).
+    must not drift with the others' momenta). ``decoupled``: flat indices whose
+    covariances with every other coordinate are dropped (SGRLD's simplices, which move by
+    their own metric: the others' move must not read their gradient).
     """
     if not kernel.constant_metric:
         return mass_adapter, None
     if diagonal and np.ndim(covariance) == 2:
         covariance = np.diag(covariance).copy()
+    covariance = decoupled_covariance(covariance, decoupled)
     if mass_adapter is not None:
         mass_adapter.precondition(covariance)
         return mass_adapter, None
@@ -86,6 +93,22 @@ def preconditioned(
     if adapt_mass:
         return WindowedMass(covariance), None
     return None, metric_from_inverse(covariance, dtype)
+
+
+def decoupled_covariance(covariance: np.ndarray, decoupled: np.ndarray | None) -> np.ndarray:
+    """``covariance`` without the covariances of the ``decoupled`` flat indices (a copy).
+
+    Their variances stay. A metric made from it moves the other coordinates by their own
+    gradient alone (its Cholesky factor has no entry between the two sets).
+    """
+    if decoupled is None or not len(decoupled) or np.ndim(covariance) != 2:
+        return covariance
+    variances = np.diag(covariance)[decoupled]
+    covariance = np.array(covariance, copy=True)
+    covariance[decoupled, :] = 0.0
+    covariance[:, decoupled] = 0.0
+    covariance[decoupled, decoupled] = variances
+    return covariance
 
 
 def assembled_parameters(

@@ -23,6 +23,7 @@ from pymc_sgmcmc.adaptation.step_size import (
 )
 from pymc_sgmcmc.gradients.estimators import NOISE_PROBES_AT_START, NoiseMonitor
 from pymc_sgmcmc.metrics.euclidean import metric_from_inverse
+from pymc_sgmcmc.sampling.kernel_parameters import decoupled_covariance
 
 NOISE_LIMITED_SLOWDOWN = 10.0
 """A noise-capped step this many times below the kernel's default warns before sampling."""
@@ -110,15 +111,22 @@ def check_plain_minibatch_noise(
     target_accept: float,
     batch_sizes: list[int],
     dtype: Any,
+    decoupled: np.ndarray | None = None,
+    whitening: Any = None,
 ) -> float:
     """Before sampling, warn when plain minibatch noise forces a far smaller step.
 
-    Measured at the mode, in the Laplace metric, on rows drawn from a fixed seed
-    (deterministic for the model and its data, as the mode search). Returns the slowdown
+    Measured at the mode, in the Laplace metric (without the covariances of the
+    ``decoupled`` coordinates, as the step's), on rows drawn from a fixed seed
+    (deterministic for the model and its data, as the mode search). ``whitening``:
+    ``(mode, metric) -> whitening`` where the kernel's noise is not whitened by the metric
+    alone (:attr:`~pymc_sgmcmc.kernels.base.Kernel.noise_whitening`). Returns the slowdown
     (at least 1, :func:`noise_limited_slowdown`).
     """
     rng = np.random.default_rng(0)
-    metric = metric_from_inverse(mode.covariance, dtype)
+    metric = metric_from_inverse(decoupled_covariance(mode.covariance, decoupled), dtype)
+    if whitening is not None:
+        metric = whitening(mode, metric)
     probes = [
         estimator.noise_variance(mode.position, None, rng, n_rows, metric)
         for _ in range(NOISE_PROBES_AT_START)

@@ -22,6 +22,7 @@ from pymc_sgmcmc.kernels import (
     sgld,
     sgnht,
     sgnphmc,
+    sgrld,
 )
 from pymc_sgmcmc.sampling.step import StochasticGradientStep
 
@@ -230,6 +231,69 @@ class PSGLD(StochasticGradientStep):
             step_size=step_size,
             n_steps=n_steps,
             kernel_params=psgld.parameters(decay=decay, offset=offset),
+            mass=mass,
+            **kwargs,
+        )
+
+
+@register
+class SGRLD(StochasticGradientStep):
+    """Stochastic gradient Riemannian Langevin dynamics on the probability simplex.
+
+    Patterson and Teh, "Stochastic Gradient Riemannian Langevin Dynamics on the Probability
+    Simplex" (Bhardwaj, Khatri and Gupta, "Online MCMC based Bayesian inference", §3.1), in
+    the expanded-mean parameterisation the paper recommends: each simplex-valued variable
+    (``pm.Dirichlet``, or any variable with PyMC's ``simplex`` transform), ``π = θ/Σθ``,
+    moves by ``θ ← |θ + η (G⁻¹∇log p + ∇·G⁻¹) + N(0, 2η diag θ)|`` in the metric
+    ``G(θ) = diag(1/θ)``, which slows coordinates near the simplex's boundary where the
+    posterior is narrow (:mod:`pymc_sgmcmc.kernels.sgrld`). The other variables take
+    :class:`SGLD`'s step. The gradient comes from the model as written, in PyMC's
+    coordinates of the simplex, so every gradient estimator (control variates by default)
+    serves it; the trace holds ``π`` as PyMC records it.
+
+    The expanded mean's total ``S = Σθ`` is independent of ``π`` with the law
+    ``Gamma(a, 1)``; the paper's prior ``θ_k ~ Gamma(α_k, 1)`` is ``a = Σα``. Any ``a``
+    leaves the law of ``π`` exact; it sets how far a step moves ``π`` (about
+    ``η κ / a`` of its posterior scale, ``κ`` the posterior's concentration). With
+    ``simplex_shape="auto"`` and ``step_size="auto"``, ``a`` is the concentration that the
+    Laplace precision at the mode implies, so that ``η`` means on the simplices what it
+    means off them; with a step size of your own, the paper's ``Σα``.
+
+    Parameters
+    ----------
+    simplex_shape : float or "auto", default "auto"
+        ``a``, for every simplex.
+    mass : float, array, optional
+        ``M`` of the coordinates off the simplices, as :class:`SGLD`'s; by default the
+        Laplace covariance's inverse at the mode, without its covariances with the
+        simplices' coordinates.
+
+    Statistics
+    ----------
+    SGLD's, and ``simplex_total_min``, ``simplex_total_max`` (the range of ``S / a`` over
+    the simplices at the draw; near 1 ± a few ``1/√a``).
+    """
+
+    __doc__ = _with_sections(__doc__, COMMON_PARAMETERS_DOC)
+    name = "sgrld"
+    kernel = sgrld.KERNEL
+
+    def __init__(
+        self,
+        vars=None,
+        *,
+        step_size: float | StepSizeSchedule | str = "auto",
+        n_steps: int = 10,
+        simplex_shape: float | str = "auto",
+        integrator: str = "gamma",
+        mass=None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            vars,
+            step_size=step_size,
+            n_steps=n_steps,
+            kernel_params=sgrld.parameters(simplex_shape, integrator),
             mass=mass,
             **kwargs,
         )
@@ -923,5 +987,6 @@ __all__ = [
     "SGNHTEM",
     "SGNPHMC",
     "SGNPHMCEM",
+    "SGRLD",
     "SGRNPHMC",
 ]

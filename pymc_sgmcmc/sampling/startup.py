@@ -223,6 +223,8 @@ def start_up(
     damping: float,
     estimated_noise: Any,
     noise_checkable: bool,
+    decoupled: np.ndarray | None = None,
+    noise_whitening: Any = None,
 ) -> StartUp:
     """Mode, anchor, estimator, metric and step-size adapter, in that order, before any chain.
 
@@ -252,6 +254,7 @@ def start_up(
         mass_adapter, metric = kernel_parameters.preconditioned(
             kernel, mode.covariance, mass_adapter=mass_adapter, mass_given=mass_given,
             adapt_mass=adapt_mass, diagonal=grouping is not None, dtype=dtype,
+            decoupled=decoupled,
         )  # fmt: skip
         share = 1.0 if grouping is None else GROUPED_STEP_SHARE
         step_size_adapter: StepSizeAdapter = AdaptiveStepSize(
@@ -266,7 +269,8 @@ def start_up(
             slowdown = noise.check_plain_minibatch_noise(
                 sampler, estimator, mode, n_rows, kernel=kernel, damping=damping,
                 n_steps=n_steps, target_accept=step_size_adapter.target_accept,
-                batch_sizes=batch_sizes, dtype=dtype,
+                batch_sizes=batch_sizes, dtype=dtype, decoupled=decoupled,
+                whitening=noise_whitening,
             )  # fmt: skip
     else:
         step_size_adapter = StepSizeAdapter(step_size, jitter=jitter)

@@ -108,6 +108,7 @@ class StepTrajectory:
                 self.kernel,
                 self.n_steps,
                 self.dim,
+                self.kernel.extra_normals(params),
                 self.dtype,
                 self.graph.groups,
             )

@@ -628,6 +628,9 @@ class TrajectoryArguments:
         Its kernel (the state's fields, the extra noise per step).
     n_steps, dim : int
         Integrator steps per call and the position's size.
+    extra_normals : int
+        Normal numbers each step takes beyond one per coordinate
+        (:meth:`~pymc_sgmcmc.kernels.base.Kernel.extra_normals` of the parameters).
     dtype : dtype
         The position's dtype (of every normal draw).
     groups : list of MinibatchGroup
@@ -641,6 +644,7 @@ class TrajectoryArguments:
         kernel: Kernel,
         n_steps: int,
         dim: int,
+        extra_normals: int,
         dtype: Any,
         groups: list[MinibatchGroup],
     ) -> None:
@@ -657,7 +661,7 @@ class TrajectoryArguments:
         self.rows = [slots[f"rows_{k}"] for k in range(n_minibatched)]
         self.row_bounds, self.update_mask = slots.get("row_bounds"), slots.get("update_mask")
         self.row_shapes = compiled.row_shapes
-        self.noise_shape = (n_steps, dim + kernel.step_noise_extra)
+        self.noise_shape = (n_steps, dim + extra_normals)
         self.n_minibatches = n_steps + 1
         self.dtype = dtype
         self.unused_noise = np.zeros(dim, dtype=dtype)  # no refresh, no draw

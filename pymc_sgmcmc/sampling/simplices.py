@@ -1,0 +1,95 @@
+"""Simplex-valued variables of a model: where they lie in the flat position, and their scale.
+
+A variable is simplex-valued for SGRLD when its value variable carries PyMC's ``simplex``
+transform (``pm.Dirichlet`` by default): its coordinates are then the ones
+:mod:`pymc_sgmcmc.manifolds.simplex` reads. A ``pm.Dirichlet`` given another transform,
+or none, is moved as unconstrained coordinates like any other variable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytensor
+from pymc.distributions.transforms import SimplexTransform
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.random.basic import DirichletRV
+
+from pymc_sgmcmc.manifolds.simplex import (
+    SimplexLayout,
+    concentration_from_precision,
+    simplex_point,
+)
+
+
+def simplex_layout(model, vars, point: dict[str, np.ndarray]) -> SimplexLayout:
+    """Where the flat position of ``vars`` (raveled in order) holds simplices."""
+    blocks: list[tuple[int, int | None]] = []
+    for var in vars:
+        value = np.asarray(point[var.name])
+        rv = model.values_to_rvs[var]
+        on_simplex = isinstance(model.rvs_to_transforms.get(rv), SimplexTransform)
+        blocks.append((value.size, value.shape[-1] + 1 if on_simplex else None))
+    return SimplexLayout.from_blocks(blocks)
+
+
+def simplex_shapes(
+    layout: SimplexLayout,
+    *,
+    model,
+    vars,
+    point: dict[str, np.ndarray],
+    mode_position: np.ndarray | None,
+    covariance: np.ndarray | None,
+    given: Any = "auto",
+) -> np.ndarray:
+    """The shape ``a`` of each simplex total's law ``S ~ Gamma(a, 1)``, ordered as the totals.
+
+    ``given`` (a positive number) is used for every simplex. With "auto" and a Laplace
+    ``covariance`` at the mode, the posterior concentration each simplex's precision
+    implies (:func:`~pymc_sgmcmc.manifolds.simplex.concentration_from_precision`), so that
+    the step size has the same meaning on the simplices as off them; without one, the
+    paper's choice, ``Σα`` of a ``pm.Dirichlet`` at ``point`` (``K`` for other variables).
+    Any positive shape leaves the law of ``π`` exact; it sets how far a step moves.
+    """
+    slices = layout.simplex_slices()
+    shapes = np.full(layout.n_simplices, np.nan)
+    if not isinstance(given, str):
+        shapes[:] = float(given)
+        return shapes
+    if mode_position is not None and covariance is not None:
+        precision = (
+            np.diag(np.linalg.inv(covariance)) if np.ndim(covariance) == 2 else 1.0 / covariance
+        )
+        for k, among in slices:
+            rows = layout.rows(k)
+            shapes[among] = concentration_from_precision(
+                simplex_point(mode_position[rows]), precision[rows]
+            )
+    prior = _prior_concentrations(layout, model=model, vars=vars, point=point)
+    return np.where(np.isfinite(shapes) & (shapes > 0), shapes, prior)
+
+
+def _prior_concentrations(layout: SimplexLayout, *, model, vars, point) -> np.ndarray:
+    """``Σα`` per simplex for a ``pm.Dirichlet`` (evaluated at ``point``), else ``K``."""
+    per_simplex: dict[int, list[float]] = {k: [] for k in layout.categories}
+    for var in vars:
+        rv = model.values_to_rvs[var]
+        if not isinstance(model.rvs_to_transforms.get(rv), SimplexTransform):
+            continue
+        k = np.asarray(point[var.name]).shape[-1] + 1
+        n = int(np.prod(np.asarray(point[var.name]).shape[:-1], dtype=int))
+        totals = np.full(n, float(k))
+        if isinstance(rv.owner.op, DirichletRV):
+            alpha = model.replace_rvs_by_values([rv.owner.inputs[-1]])[0]
+            inputs = [v for v in model.value_vars if v in set(ancestors([alpha]))]
+            values = pytensor.function(inputs, alpha, on_unused_input="ignore")(
+                *(point[v.name] for v in inputs)
+            )
+            totals = np.broadcast_to(
+                np.sum(values, axis=-1), np.asarray(point[var.name]).shape[:-1]
+            ).reshape(-1)
+        per_simplex[k].extend(totals.tolist())
+    pieces = [np.asarray(per_simplex[k], dtype=float) for k in layout.categories]
+    return np.concatenate(pieces) if pieces else np.zeros(0)
