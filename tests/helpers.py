@@ -75,8 +75,8 @@ def steps_per_draw(cls, n_steps):
 def settings(cls):
     """A sampler's settings on the conformance model (5 steps per draw where it has them).
 
-    A fixed step in the model's units (SGLD's, pSGLD's and SGRLD's are variances, so smaller); the EM
-    samplers take an M step every 10 draws, so that short runs exercise it.
+    A fixed step in the model's units (SGLD's, pSGLD's and SGRLD's are variances, so
+    smaller); the EM samplers take an M step every 10 draws, so that short runs exercise it.
     """
     options = {"step_size": 2e-3 if cls.kernel.name in ("sgld", "psgld", "sgrld") else 0.05}
     options |= steps_per_draw(cls, 5)
