@@ -1,6 +1,8 @@
 """SGRLD: the expanded mean in PyMC's simplex coordinates, its two integrators, and the
 draws against exact Dirichlet–multinomial posteriors and NUTS on a mixture's weights."""
 
+import warnings
+
 import arviz as az
 import numpy as np
 import pymc as pm
@@ -298,3 +300,16 @@ def test_a_mixtures_weights_and_means_agree_with_nuts():
                 failures.append(f"{name}[{k}] {label}: {estimate(x):.4f} vs {estimate(y):.4f}")
     assert not failures, failures
     assert float(az.ess(ours.posterior["w"].values[..., 0])) > 300
+
+
+def test_a_euclidean_sampler_on_a_sparse_simplex_is_pointed_to_sgrld():
+    probabilities = 1.0 / np.arange(1, 51) ** 2
+    sparse, _ = categorical_model(
+        probabilities / probabilities.sum(), 1_000, np.full(50, 0.1), 100, seed=0
+    )
+    with sparse, pytest.warns(RuntimeWarning, match=r"'p' \(18\).*pmsg\.SGRLD\(\)"):
+        pmsg.SGLD(mode_kwargs={"progressbar": False})
+    dense, _ = categorical_model(np.array([0.5, 0.3, 0.2]), 1_000, np.ones(3), 100, seed=1)
+    with dense, warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        pmsg.SGLD(mode_kwargs={"progressbar": False})

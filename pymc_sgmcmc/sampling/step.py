@@ -53,6 +53,7 @@ from pymc_sgmcmc.sampling.non_centring import (
     prior_share,
 )
 from pymc_sgmcmc.sampling.progress import DivergencesAndStepSize
+from pymc_sgmcmc.sampling.simplices import sparse_simplex_warning
 from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
 
@@ -283,6 +284,11 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         beside = self._flat.groups and arguments.discrete_beside_minibatch(name, user_model)
         if beside:
             warnings.warn(beside, RuntimeWarning, skip_file_prefixes=(_PACKAGE_DIRECTORY,))
+        sparse = not kernel.supports_simplices and sparse_simplex_warning(
+            name, model, self._sampled_vars, self._initial_point, self.mode
+        )
+        if sparse:
+            warnings.warn(sparse, RuntimeWarning, skip_file_prefixes=(_PACKAGE_DIRECTORY,))
         for buffer in self._buffers():
             # Filled again at each chain's start; meanwhile, pickling (pm.sample's chain
             # processes) does not copy it.
