@@ -55,8 +55,11 @@ The posteriors (data simulated with fixed seeds, or shipped with scikit-learn):
     with a N(0, 100²) prior, ``sigma ~ HalfNormal(5)``. Long NUTS.
 12. ``mixture_ordered``: two-component normal mixture of 1,000 points, ordered means
     (``transform=ordered``), a Beta(1, 1) weight, HalfNormal sds. Long NUTS.
+13. ``dirichlet_sparse_minibatch``: 2,000 categorical rows of 40 categories drawn with
+    probabilities ``∝ 1/k²``, a sparse ``Dirichlet(0.1)`` prior (a few categories unseen),
+    minibatches of 100. Exact: Dirichlet(α + counts).
 
-The minibatched posteriors (5, 6) are sampled by the package's samplers on the minibatched
+The minibatched posteriors (5, 6, 13) are sampled by the package's samplers on the minibatched
 model; NUTS and the reference use the same model on all rows (NUTS on a minibatched logp
 would not target the posterior).
 
@@ -110,6 +113,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OURS = (
     "SGLD",
     "PSGLD",
+    "SGRLD",
     "SGHMC",
     "SGNHT",
     "HMC",
@@ -466,6 +470,36 @@ def mixture() -> Posterior:
     )
 
 
+def dirichlet_sparse() -> Posterior:
+    import pymc as pm
+
+    n, k, alpha = 2000, 40, 0.1
+    probabilities = 1.0 / np.arange(1, k + 1) ** 2
+    rows = np.random.default_rng(113).choice(k, size=n, p=probabilities / probabilities.sum())
+    rows = rows.astype("int32")
+    beta = alpha + np.bincount(rows, minlength=k)
+
+    def build(minibatch: bool):
+        with pm.Model() as model:
+            p = pm.Dirichlet("p", np.full(k, alpha))
+            data = pm.Minibatch(rows, batch_size=BATCH) if minibatch else rows
+            pm.Categorical("y", p=p, observed=data, total_size=n)
+        return model
+
+    def exact():
+        mean = beta / beta.sum()
+        return mean, (np.diag(mean) - np.outer(mean, mean)) / (beta.sum() + 1.0)
+
+    return Posterior(
+        "dirichlet_sparse_minibatch",
+        f"40 categories, 2,000 rows, Dirichlet(0.1) prior, {int((beta < 1).sum())} unseen",
+        n,
+        build,
+        minibatch=True,
+        exact=exact,
+    )
+
+
 POSTERIORS: dict[str, Callable[[], Posterior]] = {
     "tiny_scale_1d": tiny_scale_1d,
     "scales_1e-3_to_1e3": scales,
@@ -479,6 +513,7 @@ POSTERIORS: dict[str, Callable[[], Posterior]] = {
     "diabetes_linear": diabetes,
     "ar1": ar1,
     "mixture_ordered": mixture,
+    "dirichlet_sparse_minibatch": dirichlet_sparse,
 }
 
 
