@@ -9,13 +9,16 @@ import pymc as pm
 import pytest
 from helpers import sample
 from pymc.distributions.transforms import SimplexTransform
+from scipy import special
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.dynamics.sgld import sgld_step
 from pymc_sgmcmc.dynamics.sgrld import (
+    EXACT_QUANTILE_BELOW,
     cir_transition_moments,
     expanded_mean_gamma_step,
     expanded_mean_step,
+    wilson_hilferty_quantile,
 )
 from pymc_sgmcmc.kernels import sgrld
 from pymc_sgmcmc.kernels.base import Target
@@ -102,6 +105,20 @@ def test_the_gamma_step_has_the_exact_transitions_mean_and_variance(x0, level):
     drawn = expanded_mean_gamma_step(x, level - x, rng.standard_normal(size), t)
     assert abs(drawn.mean() - mean) < 5 * np.sqrt(variance / size)
     assert abs(drawn.var() / variance - 1.0) < 0.05
+
+
+def test_large_shapes_take_a_quantile_within_their_bound():
+    """From :data:`EXACT_QUANTILE_BELOW` on the step skips the incomplete-Gamma inversion."""
+    normal = np.linspace(-6.0, 6.0, 1201)
+    inner = np.abs(normal) <= 3.0
+    for shape in (EXACT_QUANTILE_BELOW, 4 * EXACT_QUANTILE_BELOW):
+        exact = np.where(
+            normal < 0,
+            special.gammaincinv(shape, special.ndtr(normal)),
+            special.gammainccinv(shape, special.ndtr(-normal)),
+        )
+        error = np.abs(wilson_hilferty_quantile(shape, normal) / exact - 1.0)
+        assert error.max() < 3e-3 and error[inner].max() < 2.5e-4
 
 
 @pytest.mark.parametrize("level", [0.1, 3.0])
@@ -207,8 +224,10 @@ def categorical_model(probabilities, n_rows, alpha, batch_size, seed):
 
 
 def dirichlet_moments(beta):
-    mean = beta / beta.sum()
-    return mean, np.sqrt(mean * (1.0 - mean) / (beta.sum() + 1.0))
+    """Means and sds of Dirichlet(``beta``), each row of ``beta`` a simplex."""
+    total = beta.sum(axis=-1, keepdims=True)
+    mean = beta / total
+    return mean, np.sqrt(mean * (1.0 - mean) / (total + 1.0))
 
 
 @pytest.mark.parametrize("integrator", ["gamma", "euler"])
@@ -313,3 +332,54 @@ def test_a_euclidean_sampler_on_a_sparse_simplex_is_pointed_to_sgrld():
     with dense, warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         pmsg.SGLD(mode_kwargs={"progressbar": False})
+
+
+def test_a_layout_of_several_simplices_orders_their_totals_by_categories():
+    layout = SimplexLayout.from_blocks([(4, 3), (2, None), (3, 4), (2, 3)])
+    assert layout.categories == (3, 4) and layout.n_simplices == 4
+    np.testing.assert_array_equal(layout.rows(3), [[0, 1], [2, 3], [9, 10]])
+    np.testing.assert_array_equal(layout.rows(4), [[6, 7, 8]])
+    assert layout.simplex_slices() == [(3, slice(0, 3)), (4, slice(3, 4))]
+    np.testing.assert_array_equal(layout.simplex_indices, [0, 1, 2, 3, 6, 7, 8, 9, 10])
+
+
+def test_simplices_of_several_shapes_in_one_model_sample_their_exact_posteriors():
+    """Two rows of 3-category weights (one variable) and one of 4, with a normal mean
+    between them: three Dirichlet–multinomial posteriors, and the mean's normal one."""
+    rng = np.random.default_rng(8)
+    counts3 = np.array([[30, 12, 5], [4, 40, 9]])
+    counts4 = np.array([3, 25, 60, 11])
+    rows = rng.normal(1.5, 1.0, size=500)
+    with pm.Model() as model:
+        p = pm.Dirichlet("p", np.ones((2, 3)))
+        mu = pm.Normal("mu", 0.0, 10.0)
+        q = pm.Dirichlet("q", np.full(4, 0.5))
+        pm.Multinomial("n3", n=counts3.sum(axis=1), p=p, observed=counts3)
+        pm.Normal("x", mu, 1.0, observed=pm.Minibatch(rows, batch_size=50), total_size=500)
+        pm.Multinomial("n4", n=counts4.sum(), p=q, observed=counts4)
+        step = pmsg.SGRLD(mode_kwargs={"progressbar": False})
+    idata = sample(step, model, draws=1_000, tune=1_000, chains=2, random_seed=9)
+    for name, beta in [("p", np.ones((2, 3)) + counts3), ("q", 0.5 + counts4)]:
+        draws = idata.posterior[name].values.reshape(2, 1_000, -1)
+        mean, sd = dirichlet_moments(beta[None, :] if beta.ndim == 1 else beta)
+        assert_within_mcse(draws, mean.ravel(), sd.ravel(), min_ess=300)
+    precision = 500.0 + 0.01
+    assert_within_mcse(
+        idata.posterior["mu"].values[..., None],
+        [rows.sum() / precision],
+        [precision**-0.5],
+        min_ess=300,
+    )
+
+
+def test_a_simplexs_noise_is_whitened_by_its_expanded_mean():
+    """Off the simplex ``L⁻¹δ``; on it, in each coordinate, ``√(Σ cₖ²/S)`` with ``c`` the
+    centred ``(δ, 0)``: the share of the injected noise ``2ηθ`` averaged over ``θ``."""
+    layout = SimplexLayout.from_blocks([(1, None), (2, 3)])
+    metric = euclidean_metric(np.array([4.0, 1.0, 1.0]), 3)
+    params = sgrld.SGRLDParams(0.1, metric, layout, np.array([50.0]), "gamma")
+    state = sgrld.SGRLDState(np.array([0.3, 0.2, -0.1]), np.array([40.0]))
+    error = np.array([1.0, 3.0, -6.0])
+    whitened = sgrld.noise_whitening(params, state.position, state).whiten(error)
+    centred = np.array([3.0, -6.0, 0.0]) + 1.0
+    np.testing.assert_allclose(whitened, [1.0 / 2.0, *[np.sqrt(centred @ centred / 40.0)] * 2])

@@ -129,8 +129,8 @@ class SimplexNoiseWhitening(NamedTuple):
     ``(δ, 0)`` (:func:`~pymc_sgmcmc.manifolds.simplex.expanded_mean_drift`) against the
     injected ``2ηθ``: per category ``c_k²/θ_k``. A category whose ``θ`` is near 0 and whose
     rows are rare in the data would make that ratio unbounded wherever the chain visits
-    the boundary, so each simplex counts as one coordinate with the ratio averaged over
-    its categories in proportion to ``θ``: ``Σ c_k² / S``.
+    the boundary, so each simplex's coordinates take the ratio averaged over its
+    categories in proportion to ``θ``: ``Σ c_k² / S``.
     """
 
     metric: EuclideanMetric
@@ -139,17 +139,16 @@ class SimplexNoiseWhitening(NamedTuple):
     totals: np.ndarray
 
     def whiten(self, vector: np.ndarray) -> np.ndarray:
-        """The whitened error: the coordinates off the simplices, then one per simplex."""
+        """The whitened error, each simplex's value in each of its coordinates."""
         layout = self.simplices
-        outside = np.ones(layout.size, dtype=bool)
-        outside[layout.simplex_indices] = False
-        parts = [np.asarray(self.metric.whiten(vector), dtype=float)[outside]]
+        whitened = np.array(self.metric.whiten(vector), dtype=float)
         for k, among in layout.simplex_slices():
             rows = layout.rows(k)
             padded = np.concatenate([vector[rows], np.zeros((rows.shape[0], 1))], axis=1)
             centred = padded - padded.mean(axis=1, keepdims=True)
-            parts.append(np.sqrt((centred * centred).sum(axis=1) / self.totals[among]))
-        return np.concatenate(parts)
+            per_simplex = np.sqrt((centred * centred).sum(axis=1) / self.totals[among])
+            whitened[rows] = per_simplex[:, None]
+        return whitened
 
 
 def noise_whitening(params: SGRLDParams, position: np.ndarray, state: Any) -> SimplexNoiseWhitening:
