@@ -2,6 +2,7 @@
 
 import math
 
+import arviz as az
 import numpy as np
 import pymc as pm
 from pytensor.graph.basic import FrozenApply
@@ -94,3 +95,27 @@ def switch_model(n_rows: int = 60):
         batch = pm.Minibatch(y, batch_size=10)
         pm.Normal("y", theta.sum() + k, 1.0, observed=batch, total_size=n_rows)
     return model
+
+
+MCSE_TOLERANCE = 4.5
+"""Tolerance in Monte Carlo standard errors (±4.5 leaves a Gaussian estimate with
+probability 7e-6; the slack covers the error of the ESS behind each MCSE)."""
+
+
+def assert_within_mcse(draws, exact_mean, exact_sd, min_ess):
+    """Each quantity's mean and sd within :data:`MCSE_TOLERANCE` of its MCSE of the exact ones.
+
+    ``draws``: ``(chain, draw, quantity)``; each quantity's bulk ESS must exceed ``min_ess``.
+    """
+    failures = []
+    for k in range(draws.shape[-1]):
+        x = draws[..., k]
+        assert float(az.ess(x, method="bulk")) > min_ess, k
+        for label, estimate, exact, method in [
+            ("mean", x.mean(), exact_mean[k], "mean"),
+            ("sd", x.std(ddof=1), exact_sd[k], "sd"),
+        ]:
+            mcse = float(az.mcse(x, method=method))
+            if not abs(estimate - exact) <= MCSE_TOLERANCE * mcse:
+                failures.append(f"{label}[{k}]: {estimate:.5f} vs {exact:.5f}, MCSE {mcse:.5f}")
+    assert not failures, failures

@@ -1,19 +1,14 @@
 """MALA: one leapfrog step is the Langevin proposal, HMC's test is its acceptance ratio,
 and with its defaults it samples exact posteriors (minibatched data included)."""
 
-import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
 import scipy.stats
-from helpers import sample
+from helpers import assert_within_mcse, sample
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.dynamics.hmc import leapfrog_step
-
-Z_MCSE = 4.5
-"""Tolerance in Monte Carlo standard errors (±4.5 leaves a Gaussian estimate with
-probability 7e-6; the slack covers the error of the ESS behind each MCSE)."""
 
 D = 3
 PRECISION = np.array([[2.0, 0.6, 0.0], [0.6, 1.0, -0.3], [0.0, -0.3, 0.5]])
@@ -75,21 +70,6 @@ def test_mala_takes_no_n_steps():
     with pm.Model(), pytest.raises(TypeError, match="one Langevin step per draw"):
         pm.Normal("x")
         pmsg.MALA(n_steps=5)
-
-
-def assert_within_mcse(draws, exact_mean, exact_sd, min_ess):
-    failures = []
-    for k in range(draws.shape[-1]):
-        x = draws[..., k]
-        assert float(az.ess(x, method="bulk")) > min_ess
-        for label, estimate, exact, method in [
-            ("mean", x.mean(), exact_mean[k], "mean"),
-            ("sd", x.std(ddof=1), exact_sd[k], "sd"),
-        ]:
-            mcse = float(az.mcse(x, method=method))
-            if not abs(estimate - exact) <= Z_MCSE * mcse:
-                failures.append(f"{label}[{k}]: {estimate:.5f} vs {exact:.5f}, MCSE {mcse:.5f}")
-    assert not failures, failures
 
 
 ROWS = np.random.default_rng(20261129).normal(3.0, 2.0, size=20_000)
