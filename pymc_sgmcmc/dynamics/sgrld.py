@@ -73,8 +73,7 @@ def expanded_mean_gamma_step(
     """``θ`` drawn from the Gamma law with the moments of the process's transition.
 
     ``b = drift + θ`` (floored at 0: a stochastic gradient can push it below), then
-    :func:`cir_transition_moments` and ``θ' = v/m · Γ⁻¹(m²/v; u)`` with ``u = Φ(ξ)``
-    (the upper tail inverted from ``Φ(−ξ)``, so that a large ``ξ`` keeps its precision).
+    :func:`cir_transition_moments` and ``θ' = v/m · Γ⁻¹(m²/v; u)`` with ``u = Φ(ξ)``.
     Same arguments as :func:`expanded_mean_step`.
     """
     xp = namespace(expanded, drift, noise)
@@ -87,7 +86,7 @@ def expanded_mean_gamma_step(
 
 
 EXACT_QUANTILE_BELOW = 100.0
-"""Gamma shapes below this get the exact quantile (an incomplete-Gamma inversion, ~3 µs);
+"""Gamma shapes below this get the exact quantile (an incomplete-Gamma inversion, ~1 µs);
 from it on, Wilson and Hilferty's cube-root normal one, whose quantiles there are within
 3·10⁻³ of the exact ones out to 6 sds and within 2.5·10⁻⁴ inside 3 (tested)."""
 
@@ -120,21 +119,27 @@ def _gamma_quantile(shape: Array, normal: Array) -> Array:
     return result
 
 
+LARGEST_PROBABILITY = 1.0 - 2.0**-53
+"""``Φ(ξ)`` is kept below 1, where the quantile would be infinite (``ξ`` above 8.3, a
+chance of 10⁻¹⁶ per draw)."""
+
+
 def _exact_gamma_quantile(shape: Array, normal: Array) -> Array:
-    """The Gamma(``shape``) quantile at ``Φ(normal)`` by inverting the incomplete Gamma."""
-    lower_tail = 0.5 * _erfc(-normal / math.sqrt(2.0))  # Φ(ξ), accurate for ξ < 0
-    upper_tail = 0.5 * _erfc(normal / math.sqrt(2.0))  # 1 − Φ(ξ), accurate for ξ > 0
+    """The Gamma(``shape``) quantile at ``Φ(normal)`` by inverting the incomplete Gamma.
+
+    The lower incomplete Gamma's inverse alone: its upper-tail twin (``gammainccinv``)
+    would keep more digits for ``ξ`` above ~6 but costs ten times as much in compiled
+    code (measured: 6.5 µs against 0.6 µs a coordinate), and ``Φ(ξ)``'s rounding there
+    moves the quantile far less than the step's own error.
+    """
+    probability = 0.5 * _erfc(-normal / math.sqrt(2.0))  # Φ(ξ), accurate for ξ < 0
     if is_symbolic(shape, normal):
         import pytensor.tensor as pt
 
-        return pt.switch(
-            normal < 0, pt.gammaincinv(shape, lower_tail), pt.gammainccinv(shape, upper_tail)
-        )
+        return pt.gammaincinv(shape, pt.minimum(probability, LARGEST_PROBABILITY))
     from scipy import special
 
-    return np.where(
-        normal < 0, special.gammaincinv(shape, lower_tail), special.gammainccinv(shape, upper_tail)
-    )
+    return special.gammaincinv(shape, np.minimum(probability, LARGEST_PROBABILITY))
 
 
 def _erfc(x: Array) -> Array:
