@@ -24,14 +24,23 @@ from pymc_sgmcmc.manifolds.simplex import (
 from pymc_sgmcmc.sampling.model_graph import flat_slices
 
 
+def on_simplex(model, value_var) -> bool:
+    """Whether ``value_var`` carries PyMC's ``simplex`` transform."""
+    rv = model.values_to_rvs[value_var]
+    return isinstance(model.rvs_to_transforms.get(rv), SimplexTransform)
+
+
+def laplace_precision_diagonal(covariance: np.ndarray) -> np.ndarray:
+    """The diagonal of ``(−H)`` from a Laplace covariance: the matrix's, or ``1/(−H_ii)``'s."""
+    return np.diag(np.linalg.inv(covariance)) if np.ndim(covariance) == 2 else 1.0 / covariance
+
+
 def simplex_layout(model, vars, point: dict[str, np.ndarray]) -> SimplexLayout:
     """Where the flat position of ``vars`` (raveled in order) holds simplices."""
     blocks: list[tuple[int, int | None]] = []
     for var in vars:
         value = np.asarray(point[var.name])
-        rv = model.values_to_rvs[var]
-        on_simplex = isinstance(model.rvs_to_transforms.get(rv), SimplexTransform)
-        blocks.append((value.size, value.shape[-1] + 1 if on_simplex else None))
+        blocks.append((value.size, value.shape[-1] + 1 if on_simplex(model, var) else None))
     return SimplexLayout.from_blocks(blocks)
 
 
@@ -60,9 +69,7 @@ def simplex_shapes(
         shapes[:] = float(given)
         return shapes
     if mode_position is not None and covariance is not None:
-        precision = (
-            np.diag(np.linalg.inv(covariance)) if np.ndim(covariance) == 2 else 1.0 / covariance
-        )
+        precision = laplace_precision_diagonal(covariance)
         for k, among in slices:
             rows = layout.rows(k)
             shapes[among] = concentration_from_precision(
@@ -75,10 +82,8 @@ def simplex_shapes(
 def _prior_concentrations(layout: SimplexLayout, *, model, vars, point) -> np.ndarray:
     """``Σα`` per simplex for a ``pm.Dirichlet`` (evaluated at ``point``), else ``K``."""
     per_simplex: dict[int, list[float]] = {k: [] for k in layout.categories}
-    for var in vars:
+    for var in filter(lambda var: on_simplex(model, var), vars):
         rv = model.values_to_rvs[var]
-        if not isinstance(model.rvs_to_transforms.get(rv), SimplexTransform):
-            continue
         k = np.asarray(point[var.name]).shape[-1] + 1
         n = int(np.prod(np.asarray(point[var.name]).shape[:-1], dtype=int))
         totals = np.full(n, float(k))
@@ -109,21 +114,15 @@ def sparse_simplex_warning(sampler: str, model, vars, point, mode) -> str | None
     units and a long lower tail, where steps sized for the other coordinates stick. None
     without a Laplace covariance or without such a category.
     """
-    if mode is None or mode.covariance is None:
+    simplex_vars = [var for var in vars if on_simplex(model, var)]
+    if mode is None or mode.covariance is None or not simplex_vars:
         return None
-    layout = simplex_layout(model, vars, point)
-    if not layout.n_simplices:
-        return None
-    covariance = mode.covariance
-    precision = np.diag(np.linalg.inv(covariance)) if np.ndim(covariance) == 2 else 1.0 / covariance
-    sparse: dict[str, int] = {}
+    precision = laplace_precision_diagonal(mode.covariance)
     places = flat_slices(point, vars)
-    for var in vars:
-        rv = model.values_to_rvs[var]
-        if not isinstance(model.rvs_to_transforms.get(rv), SimplexTransform):
-            continue
+    sparse: dict[str, int] = {}
+    for var in simplex_vars:
         k = np.asarray(point[var.name]).shape[-1] + 1
-        where = np.arange(layout.size)[places[var.name]].reshape(-1, k - 1)
+        where = np.arange(places[var.name].start, places[var.name].stop).reshape(-1, k - 1)
         at = simplex_point(mode.position[where])
         kappa = concentration_from_precision(at, precision[where])
         count = int(np.sum(kappa[:, None] * at < SPARSE_CONCENTRATION))
