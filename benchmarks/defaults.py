@@ -113,6 +113,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OURS = (
     "SGLD",
     "PSGLD",
+    "SGFS",
     "SGRLD",
     "SGHMC",
     "SGNHT",

@@ -7,6 +7,8 @@ import numpy as np
 import pymc as pm
 from pytensor.graph.basic import FrozenApply
 
+from pymc_sgmcmc.adaptation.em import MassEM
+
 N_ROWS = 200
 BATCH_SIZE = 10
 PRIOR_SD = 10.0
@@ -81,7 +83,7 @@ def settings(cls):
     """
     options = {"step_size": 2e-3 if cls.kernel.name in ("sgld", "psgld", "sgrld") else 0.05}
     options |= steps_per_draw(cls, 5)
-    if cls.mass_adapter_class is not None:
+    if cls.mass_adapter_class is MassEM:
         options["sample_size"] = 10
     return options
 

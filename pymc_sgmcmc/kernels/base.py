@@ -181,6 +181,13 @@ class Kernel:
         The parameter that the gradient noise must stay below (SGHMC's ``friction``,
         SGNHT's ``diffusion``); None: the injected noise is the step's own (SGLD), or
         there is none (HMC). See :func:`pymc_sgmcmc.adaptation.step_size.gradient_noise_ratio`.
+    compensates_noise : bool
+        Whether the step makes room for the gradient's noise itself (SGFS, whose
+        preconditioner holds the noise's covariance, which its adapter measures): the glue
+        then neither measures the noise nor caps the step size for it.
+    maximum_step_size : float, optional
+        A bound the step size must stay below (SGFS's ``h < 2``); a step size given by hand
+        at or above it is refused before sampling.
     """
 
     name: str
@@ -205,6 +212,8 @@ class Kernel:
     target_accept: float = 0.8
     tuning_parameter: str | None = None
     noise_damping: str | None = None
+    compensates_noise: bool = False
+    maximum_step_size: float | None = None
     checked_stats: tuple[str, ...] = ()
     metric: str = "none"
     estimated_noise: str | None = None
@@ -280,9 +289,10 @@ class Kernel:
         """Whether the glue measures its gradient noise (whitened by the constant mass).
 
         Kernels that inject noise compare the gradient noise with it; a position-dependent
-        metric has no constant mass to whiten with.
+        metric has no constant mass to whiten with; a kernel that compensates the noise
+        measures it its own way.
         """
-        return self.step_noise and self.constant_metric
+        return self.step_noise and self.constant_metric and not self.compensates_noise
 
     @cached_property
     def noise_erodes_it(self) -> bool:

@@ -115,6 +115,12 @@ def check_step_arguments(
         # Refused here, not when the step-size adapter is made after the mode search
         # (a step_size of 0 or None cost a full mode search before its error).
         as_schedule(step_size)
+    bound = kernel.maximum_step_size
+    if bound is not None and isinstance(step_size, int | float) and step_size >= bound:
+        raise ValueError(
+            f"{sampler}'s step_size must be below {bound:g}, got {step_size!r}. "
+            f"{kernel.default_step_size:g} is its default."
+        )
     if isinstance(step_size, str) and kernel.default_step_size is None:
         raise ValueError(
             f"{sampler} has no automatic step size yet: pass step_size= "
