@@ -45,6 +45,9 @@ def params_for(kernel, step_size=0.1, dim=2):
         "simplices": SimplexLayout.from_blocks([(dim, dim + 1)]),
         "simplex_shape": np.array([5.0]),
         "integrator": "gamma",
+        # SGFS: F = diag(1, 2) with no gradient noise, in its basis W = F^(-1/2).
+        "basis": np.diag([1.0, 0.5**0.5]),
+        "noise_eigenvalues": np.zeros(dim),
     }
     return kernel.params_type(**{f: values[f] for f in kernel.params_type._fields})
 

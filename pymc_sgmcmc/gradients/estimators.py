@@ -16,7 +16,8 @@ Protocol, in six lines:
 - ``follows_tuning``: whether a fixed anchor moves to each tuning window's mean
   (:class:`TuningWindows`, kept by the chain's :class:`ChainEstimator`);
 - ``inputs(anchor)``: its arrays of the compiled trajectory, by input name;
-- ``noise_variance(position, anchor, rng, n_rows, metric)``: one whitened noise measurement.
+- ``noise_variance(position, anchor, rng, n_rows, metric)``: one whitened noise measurement;
+- ``new_table(n_rows)``: a chain's table of every datum's gradient (SAGA's; else None).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pymc_sgmcmc.adaptation.step_size import gradient_noise_ratio
 from pymc_sgmcmc.adaptation.windowed_mass import adaptation_windows
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.gradients.grouped import GroupLayout
+from pymc_sgmcmc.gradients.per_datum import PerDatumGradients
+from pymc_sgmcmc.gradients.saga import SAGATable, saga_correction
 
 
 class DataPasses(Protocol):
@@ -210,6 +213,10 @@ class MinibatchEstimator:
     def data_replaced(self) -> None:
         """The data changed (``pm.set_data``): what was computed from them is stale."""
 
+    def new_table(self, n_rows: list[int], dtype: Any) -> SAGATable | None:
+        """A chain's table of every datum's gradient; None: the estimator keeps none."""
+        return None
+
     def noise_variance(
         self,
         position: np.ndarray,
@@ -217,6 +224,7 @@ class MinibatchEstimator:
         rng: np.random.Generator,
         n_rows: list[int],
         metric: Whitening,
+        table: SAGATable | None = None,
     ) -> np.ndarray:
         """One measurement of the estimate's variance at ``position``, whitened.
 
@@ -332,8 +340,46 @@ class SVRG(ControlVariates):
         return iteration > 0 and iteration % self.every == 0
 
 
+class SAGA(MinibatchEstimator):
+    """SAGA (Dubey et al.; the online-MCMC survey's §3.6): a table of every datum's gradient.
+
+    No anchor: each chain keeps its own table (:class:`~pymc_sgmcmc.gradients.saga.SAGATable`,
+    filled at the chain's first trajectory, refreshed after each one), and the trajectory
+    adds each step's correction to the plain minibatch gradient. ``per_datum`` (each
+    row's gradient) is set by the start-up, which builds it from the model.
+    """
+
+    name: ClassVar[str] = "saga"
+    per_datum: PerDatumGradients | None = None
+
+    def new_table(self, n_rows: list[int], dtype: Any) -> SAGATable:  # noqa: D102
+        return SAGATable(self.per_datum, self.passes.subsample.gather, n_rows, dtype)
+
+    def noise_variance(  # noqa: D102
+        self,
+        position: np.ndarray,
+        anchor: Anchor | None,
+        rng: np.random.Generator,
+        n_rows: list[int],
+        metric: Whitening,
+        table: SAGATable | None = None,
+    ) -> np.ndarray:
+        estimates = []
+        for _ in range(2):
+            rows = self.passes.draw_rows(rng, n_rows, self.batch_sizes)
+            estimate = self.passes.on_fixed_rows(rows)(position)[1]
+            if table is not None and table.filled:
+                for stored, total, index, n in zip(
+                    table.tables, table.sums, rows, n_rows, strict=True
+                ):
+                    estimate = estimate + saga_correction(total, stored[index], n, len(index))
+            estimates.append(estimate)
+        difference = estimates[0] - estimates[1]
+        return np.asarray(metric.whiten(difference), dtype=float) ** 2 / 2.0
+
+
 ESTIMATORS: dict[str, type[MinibatchEstimator]] = {
-    cls.name: cls for cls in (MinibatchEstimator, ControlVariates, SVRG)
+    cls.name: cls for cls in (MinibatchEstimator, ControlVariates, SVRG, SAGA)
 }
 """The estimators by their ``gradient=`` name."""
 
@@ -345,7 +391,7 @@ def make_estimator(
     sampler: str,
     anchor_every: int = 100,
 ) -> MinibatchEstimator:
-    """The estimator called ``name`` (``"minibatch"``, ``"control_variates"``, ``"svrg"``).
+    """The estimator called ``name``: "minibatch", "control_variates", "svrg" or "saga".
 
     Its ``initial_anchor`` is set by the start-up (the mode, or the user's point).
     """
@@ -407,11 +453,12 @@ class NoiseMonitor(WithSamplingState):
 
 @dataclass_state
 class ChainEstimatorState(DataClassState):
-    """A chain's anchor, the tuning windows it follows and the noise measured so far."""
+    """A chain's anchor (or SAGA's table), the tuning windows and the noise measured so far."""
 
     anchor: Any
     windows: Any
     noise: Any
+    table: Any
 
 
 class ChainEstimator(WithSamplingState):
@@ -438,17 +485,39 @@ class ChainEstimator(WithSamplingState):
     _state_class = ChainEstimatorState
 
     def __init__(
-        self, estimator: MinibatchEstimator, dim: int, tune: int, *, measures_noise: bool = True
+        self,
+        estimator: MinibatchEstimator,
+        dim: int,
+        tune: int,
+        *,
+        measures_noise: bool = True,
+        n_rows: list[int] | None = None,
+        dtype: Any = "float64",
     ) -> None:
         self.estimator = estimator
         self.measures_noise = measures_noise
         self.anchor: Anchor | None = estimator.initial_anchor
         self.windows = TuningWindows(adaptation_windows(tune)) if estimator.follows_tuning else None
         self.noise = NoiseMonitor(dim)
+        self.table = estimator.new_table(list(n_rows or []), dtype)
 
     def before_trajectory(self, position: np.ndarray, iteration: int) -> None:
-        """Move the anchor where the estimator's schedule says (SVRG's snapshots)."""
+        """Move the anchor where the estimator's schedule says (SVRG's snapshots).
+
+        SAGA's table is filled at ``position`` before the chain's first trajectory.
+        """
         self.anchor = self.estimator.next_anchor(self.anchor, position, iteration)
+        if self.table is not None and not self.table.filled:
+            self.table.fill(position)
+
+    def correction(self, rows: list[np.ndarray]) -> np.ndarray:
+        """SAGA's correction of each minibatch of this trajectory's ``rows``."""
+        return self.table.correction(rows)
+
+    def after_trajectory(self, position: np.ndarray) -> None:
+        """SAGA: the last trajectory's rows get their gradients at the kept ``position``."""
+        if self.table is not None:
+            self.table.refresh(position)
 
     def probe_due(self, iteration: int, tune: bool) -> bool:
         """Whether the chain measures its noise before this iteration's trajectory."""
@@ -469,7 +538,9 @@ class ChainEstimator(WithSamplingState):
         self, position: np.ndarray, rng: np.random.Generator, n_rows: list[int], metric
     ) -> np.ndarray:
         """One whitened noise measurement at ``position`` (the estimator's ``noise_variance``)."""
-        return self.estimator.noise_variance(position, self.anchor, rng, n_rows, metric)
+        return self.estimator.noise_variance(
+            position, self.anchor, rng, n_rows, metric, table=self.table
+        )
 
     def follow_tuning(
         self,

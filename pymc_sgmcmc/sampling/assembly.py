@@ -116,7 +116,7 @@ def assemble(
     found = group_minibatches(
         model, graph, vars, initial_point, groups=groups, kernel=kernel,
         minibatch=minibatch, sampler=sampler, learns_mass=learns_mass,
-        compile_kwargs=compile_kwargs,
+        compile_kwargs=compile_kwargs, gradient=gradient,
     )  # fmt: skip
     mode_kwargs = dict(mode_kwargs or {})
     passes = ModeFinder(

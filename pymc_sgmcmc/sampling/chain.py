@@ -336,6 +336,7 @@ class Chain(WithSamplingState):
         trajectory, step_size = self._next_trajectory(position, rng)
         self.iteration += 1
         kept = parts.correction.apply(trajectory, rng)
+        self.estimator.after_trajectory(kept.state.position)
         if kept.restarted:
             self.block = None  # its later draws continued from the divergent end
         # A fresh state's momentum may be the first trajectory's to draw.

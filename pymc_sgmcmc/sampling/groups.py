@@ -610,6 +610,7 @@ def group_minibatches(
     sampler: str,
     learns_mass: bool = False,
     compile_kwargs: dict | None = None,
+    gradient: str = "control_variates",
 ) -> FoundGroups | None:
     """Minibatches of whole groups for this model and sampler, or ``None`` (rows).
 
@@ -635,6 +636,8 @@ def group_minibatches(
         )
     if minibatch != "step":
         reasons.append(f"minibatch={minibatch!r} (whole groups are drawn for every step)")
+    if gradient == "saga":
+        reasons.append("gradient='saga' (its table and corrections are per row)")
     layouts: list[GroupLayout] = []
     rows = None
     if any(group.buffer is not None for group in flat.groups):

@@ -43,13 +43,15 @@ COMMON_PARAMETERS_DOC = """
         starts its M steps from it) unless ``mass=`` is given, and ``ε`` is the kernel's
         default in those units (SGLD 0.1, SGHMC 0.2, SGNHT 0.1, HMC 0.3). A number keeps
         the identity mass unless ``mass=`` is given.
-    gradient : {"auto", "minibatch", "control_variates", "svrg"}, default "auto"
+    gradient : {"auto", "minibatch", "control_variates", "svrg", "saga"}, default "auto"
         The gradient estimator with ``pm.Minibatch`` data. "control_variates":
         ``∇log p̃_b(θ) − ∇log p̃_b(θ̂) + ∇log p(θ̂)`` with both minibatch terms on the
         same rows, anchored at the mode ``θ̂`` (Baker, Fearnhead, Fox and Nemeth,
         "Control variates for stochastic gradient MCMC"); "svrg": the same with the
         anchor moved to the chain's state every ``anchor_every`` iterations (Dubey et
-        al., "Variance reduction in stochastic gradient Langevin dynamics");
+        al., "Variance reduction in stochastic gradient Langevin dynamics"); "saga":
+        their table of every datum's gradient, refreshed for the rows each draw used
+        (``N × D`` numbers per chain, refused where they would not fit in memory);
         "minibatch": the plain estimator. "auto" is "control_variates" when the model has
         ``pm.Minibatch`` data (but for sphere variables) and "minibatch" otherwise.
     anchor : dict or ModeResult, optional

@@ -8,6 +8,7 @@ drawn from the chain's generator by :func:`chain_start`.
 
 from __future__ import annotations
 
+import os
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -18,10 +19,12 @@ from pymc_sgmcmc.core.validation import check_choice
 from pymc_sgmcmc.gradients.estimators import Grouping, MinibatchEstimator, make_estimator
 from pymc_sgmcmc.gradients.full_data import Anchor
 from pymc_sgmcmc.gradients.minibatch import exact_target
+from pymc_sgmcmc.gradients.per_datum import PerDatumGradients
+from pymc_sgmcmc.gradients.saga import table_bytes
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import kernel_parameters, noise
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
-from pymc_sgmcmc.sampling.model_graph import full_data_logp
+from pymc_sgmcmc.sampling.model_graph import full_data_logp, row_logp
 from pymc_sgmcmc.sampling.trajectory import ANCHORED_GRADIENTS, GRADIENTS
 
 MODE_SEARCH_DEFAULTS = {"adam_steps": 500, "learning_rate": 0.05, "maxiter": 1000, "gtol": 1e-8}
@@ -59,12 +62,13 @@ def choose_gradient(
         gradient,
         ("auto", *GRADIENTS),
         "'control_variates' anchors minibatch gradients at the mode, 'svrg' moves the "
-        "anchor along the chain, 'minibatch' is the plain estimator.",
+        "anchor along the chain, 'saga' keeps every datum's gradient, 'minibatch' is the "
+        "plain estimator.",
     )
     if gradient == "auto":
         usable = minibatched and not spheres and not allow_missing_total_size
         return "control_variates" if usable else "minibatch"
-    if gradient in ANCHORED_GRADIENTS:
+    if gradient in (*ANCHORED_GRADIENTS, "saga"):
         if not minibatched:
             raise ValueError(
                 f"{sampler}(gradient={gradient!r}): the model has no pm.Minibatch data, so "
@@ -170,6 +174,9 @@ def anchored_estimator(
     """
     estimator = make_estimator(gradient, passes, batch_sizes, sampler, anchor_every=anchor_every)
     estimator.grouping = grouping
+    if gradient == "saga":
+        dim = int(sum(np.size(initial_point[v.name]) for v in vars))
+        estimator.per_datum = saga_gradients(sampler, passes, dim, dtype)
     if estimator.anchored and anchor is not None:
         position = anchor_position(sampler, anchor, vars, initial_point, dtype)
         estimator.initial_anchor = estimator.anchor_at(position, "anchor=")
@@ -177,6 +184,55 @@ def anchored_estimator(
     elif estimator.anchored and mode is not None:
         estimator.initial_anchor = Anchor(mode.position, mode.logp, mode.gradient, passes.others())
     return estimator
+
+
+SAGA_MEMORY_SHARE = 0.5
+"""The share of the memory available when the sampler is built that SAGA's tables (one
+per chain of ``pm.sample``'s default ``cores``) may take."""
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def saga_gradients(sampler: str, passes: ModeFinder, dim: int, dtype: Any) -> PerDatumGradients:
+    """Each row's gradient for SAGA's tables, once the data and memory are checked.
+
+    Refused for data out of core (a table row per datum), for an observed variable
+    without ``total_size`` (the correction scales the table's rows as PyMC scales the
+    minibatch), and where the tables of the chains run side by side would not fit.
+    """
+    if any(group.buffer is not None for group in passes.flat.groups):
+        raise ValueError(
+            f"{sampler}(gradient='saga') keeps every datum's gradient in memory, for data "
+            "held in RAM: pmsg.Minibatch keeps these data out of core. Use "
+            "gradient='control_variates' (the default), whose memory does not grow with "
+            "the data."
+        )
+    model = passes.model
+    with model:
+        rows = row_logp(model, passes.flat, passes.vars, model.initial_point(), elementwise=True)
+    if not all(all(flags) for flags in rows.scaled):
+        raise ValueError(
+            f"{sampler}(gradient='saga') needs total_size= on every observed variable fed "
+            "by pm.Minibatch: its table's sum stands for the full data."
+        )
+    per_chain = table_bytes(passes.n_rows, dim, dtype)
+    chains = min(4, os.cpu_count() or 1)  # pm.sample's default cores: tables side by side
+    available = available_memory()
+    if available is not None and chains * per_chain > SAGA_MEMORY_SHARE * available:
+        raise MemoryError(
+            f"{sampler}(gradient='saga') keeps every datum's gradient: {sum(passes.n_rows):,} "
+            f"rows x {dim} coordinates = {per_chain / 2**20:,.0f} MiB per chain, "
+            f"{chains} chains side by side, with {available / 2**20:,.0f} MiB available. "
+            "Use gradient='control_variates' (the default), whose memory does not grow "
+            "with the data, or gradient='svrg'."
+        )
+    return PerDatumGradients(rows, passes.compile_kwargs)
 
 
 class StartUp(NamedTuple):

@@ -360,7 +360,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         Where the user asked for blocks (``draws_per_call > 1``) and nothing between two
         draws needs Python but the bookkeeping: no Metropolis
         test (a kernel with an energy), no per-group moves, no chunk buffer (its refills
-        would replace rows drawn ahead), no other sampler's variables in the model (a
+        would replace rows drawn ahead), no SAGA table, no other sampler's variables in the model (a
         ``CompoundStep`` moves them between draws), and no adapter that learns after
         tuning. The trajectory is then compiled as a scan over draws (a block of one
         during tuning); its draws equal those of the single-draw function bit for bit
@@ -373,6 +373,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             and self.groups is None
             and not self._buffers()
             and not self._flat.shared
+            and self.gradient != "saga"  # its table is refreshed between draws
             and not any(adapter.active(False) for adapter in tuning.learning)
         )
 
@@ -491,6 +492,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         estimator = ChainEstimator(
             self.estimator, self.dim, self._tune_iterations,
             measures_noise=self.kernel.measures_noise and bool(self._flat.groups),
+            n_rows=self._n_rows, dtype=self._dtype,
         )  # fmt: skip
         self.chain = Chain(
             self._chain_parts(), estimator, self._n_rows, self._tune_iterations,

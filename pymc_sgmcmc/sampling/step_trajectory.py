@@ -149,10 +149,16 @@ class StepTrajectory:
                 constants |= groups.inputs(self.dtype)
             self._arguments.set_constants(constants)
             self._filled_from = (params, anchor, per_step)
-        return self._arguments.draw(
+        arguments = self._arguments.draw(
             position, state_fields, step_size, refresh=refresh, rng=rng, n_rows=n_rows,
             groups=groups,
         )  # fmt: skip
+        correction = self._function.slots.get("saga.correction")
+        if correction is not None:
+            # SAGA: each minibatch's correction from the chain's table, for these rows.
+            rows = [arguments[k] for k in self._arguments.rows]
+            arguments[correction] = estimator.correction(rows)
+        return arguments
 
     def run(
         self,

@@ -32,6 +32,7 @@ from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, Symbo
 from pymc_sgmcmc.gradients.graphs import FlatLogp, MinibatchGroup
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
+from pymc_sgmcmc.gradients.saga import SAGAGradient
 from pymc_sgmcmc.kernels.base import (
     STEP_INFO_REDUCTIONS,
     Kernel,
@@ -195,7 +196,7 @@ class GroupRowsPerStep(Rows):
 
 ROWS = {"step": RowsPerStep, "trajectory": RowsPerTrajectory}
 
-GRADIENTS = ("minibatch", "control_variates", "svrg")
+GRADIENTS = ("minibatch", "control_variates", "svrg", "saga")
 ANCHORED_GRADIENTS = ("control_variates", "svrg")
 """Gradient estimators that need an anchor (a point and its full-data gradient)."""
 
@@ -340,10 +341,12 @@ def build_trajectory(
         Also return the last gradient the final step evaluated.
     exact_logp : Variable, optional
         The full-data log density, for a kernel with an energy.
-    gradient : {"minibatch", "control_variates", "svrg"}
-        The gradient estimator; the last two add the inputs ``anchor.position``,
+    gradient : {"minibatch", "control_variates", "svrg", "saga"}
+        The gradient estimator; the anchored two add the inputs ``anchor.position``,
         ``anchor.logp``, ``anchor.gradient`` and ``anchor.others.<name>``
-        (:class:`~pymc_sgmcmc.gradients.control_variates.SymbolicAnchor`).
+        (:class:`~pymc_sgmcmc.gradients.control_variates.SymbolicAnchor`); "saga" adds
+        ``saga.correction``, one row per minibatch of the rows
+        (:class:`~pymc_sgmcmc.gradients.saga.SAGAGradient`).
     """
     dtype = graph.position.dtype
     inputs: dict[str, Variable] = {"position": graph.position}
@@ -356,7 +359,7 @@ def build_trajectory(
     symbolic_params = tree_replace(params, leaves)
 
     start = kernel.state_type(graph.position, *(inputs[f"state.{n}"] for n in kernel.resamples))
-    estimator: MinibatchGradient | ControlVariateGradient = MinibatchGradient(graph)
+    estimator: Any = MinibatchGradient(graph)
     if gradient in ANCHORED_GRADIENTS:
         # Another sampler's variables, at their values when the anchor was taken.
         others = {
@@ -374,6 +377,12 @@ def build_trajectory(
         )
         inputs.update({var.name: var for var in others.values()})
         estimator = ControlVariateGradient(estimator, anchor)
+    elif gradient == "saga":
+        # One correction per minibatch, sliced as the rows are: a batch's last array.
+        correction = pt.tensor("saga.correction", shape=(None,) * rows.indices[0].ndim, dtype=dtype)
+        rows.gathered = [*rows.gathered, correction]
+        inputs["saga.correction"] = correction
+        estimator = SAGAGradient(estimator)
     start_record: list[Variable] = []
     # Refresh and prepare share the rows of the start (reserved only if they use them).
     start_target = _recording(
@@ -568,6 +577,7 @@ PER_DRAW_INPUTS = frozenset(
         "noise",
         "row_bounds",
         "update_mask",
+        "saga.correction",
     )
 )
 """Inputs filled at every call (with ``state.<field>`` and ``rows_<k>``); the others are
