@@ -13,7 +13,7 @@ TRUE_W_SD, TRUE_MU, TRUE_SIGMA = 0.5, -0.5, 1.0
 HIER_COLS = 5
 CHUNK = 1 << 18  # rows per chunk when simulating and in Newton's method
 OURS = ("SGLD", "SGHMC", "SGNHT", "SGHMCEM", "SGNHTEM")
-GRADIENTS = ("minibatch", "control_variates", "svrg")
+GRADIENTS = ("minibatch", "control_variates", "svrg", "saga")
 KINDS = (
     "nuts", "nutpie", "numpyro", "numpyro-sequential", "numpyro-parallel", "numpyro-pymc", "advi",
     "ours",

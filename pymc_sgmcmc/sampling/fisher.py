@@ -17,7 +17,8 @@ row's term as PyMC scales it, ``N/n`` times its log density), and returns
   bound and the chain ended 1,483 sds away);
 - ``Q = Σ_k n_k V'_k``: ``V'_k`` the covariance of the rows' terms of the gradient
   estimate (``∇c_i(θ)`` for plain minibatches, ``∇c_i(θ) − ∇c_i(θ̂)`` for an anchor
-  ``θ̂``), whose sum over ``n`` rows drawn with replacement is the estimate's error.
+  ``θ̂``, ``∇c_i(θ) − (N/n) g_i`` for SAGA's stored ``g_i``), whose sum over ``n`` rows
+  drawn with replacement is the estimate's error.
 """
 
 from __future__ import annotations
@@ -79,9 +80,11 @@ class FisherMeasurement:
         step = self.step
         passes = step.data_passes
         sizes = [self.rows_factor * size for size in step.estimator.batch_sizes]
-        gathered = passes.subsample.gather(passes.draw_rows(rng, step.n_rows, sizes))
+        rows = passes.draw_rows(rng, step.n_rows, sizes)
+        gathered = passes.subsample.gather(rows)
         passes.rows_touched += sum(sizes)
         at = self._gradients(position, gathered)
+        table = step.chain.estimator.table
         anchor = step.chain.estimator.anchor if step.estimator.anchored else None
         at_anchor = None
         if anchor is not None:
@@ -96,5 +99,7 @@ class FisherMeasurement:
             total = step.n_rows[k] if self._scaled[k] else n
             curvature = curvature + (n * n / total) * _covariance(per_row, self.diagonal)
             terms = per_row if at_anchor is None else per_row - at_anchor.per_row[k]
+            if table is not None and table.filled:
+                terms = per_row - (total / n) * table.tables[k][rows[k]]
             noise = noise + n * _covariance(terms, self.diagonal)
         return curvature, noise

@@ -324,7 +324,12 @@ class SGFS(StochasticGradientStep):
         # its chains from the same F and Q.
         first = FisherMeasurement(self, diagonal=diagonal, rows_factor=self.START_ROWS_FACTOR)
         first._gradients = adapter.measure._gradients  # the same compiled function
-        adapter.initial = first(start.astype(self._dtype), np.random.default_rng(0))
+        curvature, noise = first(start.astype(self._dtype), np.random.default_rng(0))
+        if self.gradient == "saga":
+            # No chain, no table yet: this noise would be the plain minibatch's. A
+            # chain's table starts exact at its start, so its noise starts near 0.
+            noise = np.zeros_like(noise)
+        adapter.initial = (curvature, noise)
         self._reset_chain()
 
 
