@@ -59,7 +59,7 @@ class SGNPHMCParams(NamedTuple):
 
 def parameters(
     friction: float = 1.0,
-    diffusion: float = 1.0,
+    diffusion: float = 0.01,
     thermostat_mass: float | None = None,
     temperature: float = 1.0,
     degrees_of_freedom: float | None = None,
@@ -70,7 +70,7 @@ def parameters(
             "friction", friction, "Pass the momentum friction B > 0, e.g. friction=1.0."
         ),
         "diffusion": check_positive(
-            "diffusion", diffusion, "Pass the thermostat friction A > 0, e.g. diffusion=1.0."
+            "diffusion", diffusion, "Pass the thermostat friction A > 0, e.g. diffusion=0.01."
         ),
         "temperature": check_positive(
             "temperature", temperature, "Pass kT > 0; kT = 1 samples the posterior."
@@ -89,6 +89,15 @@ def or_dimension(value: Array, position: Array) -> Array:
     xp = namespace(value, position)
     dimension = position.shape[0]
     return xp.where(value > 0, value, dimension) if xp is not np else value or dimension
+
+
+def thermostat_friction(diffusion: Array, control: Array, thermostat_mass: Array) -> Array:
+    """``A s/Q``: eq. 7's friction ``−A ∂H/∂q = −A s q/Q`` on ``q``, as a rate.
+
+    So that ``diffusion`` is the paper's ``A`` (its experiments use 0.01). The rate is
+    taken at the step's start.
+    """
+    return diffusion * control / thermostat_mass
 
 
 def init(position: Array, normal: Array, params: SGNPHMCParams) -> SGNPHMCState:
@@ -134,7 +143,7 @@ def step(
         noise[dim],
         params.step_size,
         params.friction,
-        params.diffusion,
+        thermostat_friction(params.diffusion, state.control, thermostat_mass),
         thermostat_mass,
         params.temperature,
     )

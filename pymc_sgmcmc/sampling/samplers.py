@@ -543,8 +543,11 @@ class SGNPHMC(StochasticGradientStep):
     friction : float, default 1.0
         ``B > 0``, the friction (and noise) on the momentum. The gradient noise must stay
         below it, as SGHMC's below its friction (the ``gradient_noise`` check).
-    diffusion : float, default 1.0
-        ``A > 0``, the friction (and noise) on the thermostat momentum ``q``.
+    diffusion : float, default 0.01
+        ``A > 0``, eq. 7's friction (and noise) on the thermostat momentum ``q``: the
+        rate ``A s/Q`` (the paper's ``−A ∂H/∂q``); 0.01 is the paper's experiments' value.
+        Measured on a 5-D standard normal with gradient noise of sd 3 (step 0.1, friction
+        1): variance 1.04 at the default, 1.21 with a rate of 1 (the default before).
     thermostat_mass : float, optional
         ``Q > 0``; the number of sampled scalars ``D`` by default, which gives the
         thermostat a time scale of order 1 whatever the dimension.
@@ -573,7 +576,7 @@ class SGNPHMC(StochasticGradientStep):
         step_size: float | StepSizeSchedule | str = "auto",
         n_steps: int = 10,
         friction: float = 1.0,
-        diffusion: float = 1.0,
+        diffusion: float = 0.01,
         thermostat_mass: float | None = None,
         temperature: float = 1.0,
         degrees_of_freedom: float | None = None,
@@ -1016,8 +1019,10 @@ class SGRNPHMC(StochasticGradientStep):
         ``G(θ)``, as for :class:`RHMC`.
     friction : float, default 1.0
         ``B > 0``, the friction (and noise) on the momentum.
-    diffusion : float, default 1.0
-        ``A > 0``, the friction (and noise) on the thermostat momentum ``q``.
+    diffusion : float, default 0.01
+        ``A > 0``, eq. 2's friction (and noise) on the thermostat momentum ``q``: the
+        rate ``A s/|G(θ)|`` (the paper's ``−A ∂H/∂q``); 0.01 is the largest value of the
+        supplement's Table 1.
     temperature : float, default 1.0
         ``kT > 0``; 1 samples the posterior.
     degrees_of_freedom : float, optional
@@ -1048,7 +1053,7 @@ class SGRNPHMC(StochasticGradientStep):
         n_steps: int = 10,
         metric: Any = None,
         friction: float = 1.0,
-        diffusion: float = 1.0,
+        diffusion: float = 0.01,
         temperature: float = 1.0,
         degrees_of_freedom: float | None = None,
         fixed_point_steps: int = 6,
