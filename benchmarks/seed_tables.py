@@ -11,6 +11,10 @@ M step (``mass_estimator="position"`` and ``"momentum"``) and the two structures
 (``mass_structure="diag"`` and ``"dense"``) on an ill-conditioned Gaussian posterior by the
 effective sample size per gradient relative to the fixed-mass twin.
 
+Table 6 is the Riemannian supplement's Tables 1–2 (:mod:`paper_tables.table6`): RMSE as
+SGR-NPHMC's frictions ``A = B`` and SG-NHT's ``A`` vary, with the mapping of the
+supplement's parameters to ours.
+
 Table 5 gives the Nosé–Poincaré and Riemannian rows of Tables 1–3 (SG-NPHMC,
 SG-NPHMC-EM, SGR-NPHMC, RHMC, with SGNHT-EM and HMC-EM beside them), every sampler with
 its default arguments (``step_size="auto"``, ``n_steps=10``), and tests the paper's claim
@@ -77,6 +81,7 @@ one module per table (``table1`` … ``table5``) beside the shared ``config``, `
     python benchmarks/seed_tables.py --quick      # shorter chains, fewer timing rounds
     python benchmarks/seed_tables.py --tables 1 3 # a subset
     python benchmarks/seed_tables.py --quick --tables 5  # the NP and Riemannian rows
+    python benchmarks/seed_tables.py --tables 6          # the Riemannian supplement's Tables 1-2
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ from paper_tables.table2 import table2
 from paper_tables.table3 import run_timings, table3
 from paper_tables.table4 import table4
 from paper_tables.table5 import NP_TIMING_SETS, table5
+from paper_tables.table6 import table6
 
 
 def parse_args() -> argparse.Namespace:
@@ -99,7 +105,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter chains, fewer rounds")
     parser.add_argument(
-        "--tables", nargs="+", type=int, default=[1, 2, 3, 4, 5], choices=[1, 2, 3, 4, 5]
+        "--tables", nargs="+", type=int, default=[1, 2, 3, 4, 5, 6], choices=[1, 2, 3, 4, 5, 6]
     )
     parser.add_argument(
         "--np-timing-sets",
@@ -135,6 +141,8 @@ def main() -> None:
         table4(sizes)
     if 5 in args.tables:
         table5(sizes, tuple(args.np_timing_sets), not args.np_timing_only)
+    if 6 in args.tables:
+        table6(sizes)
     print(f"Load average (1 min) at end: {os.getloadavg()[0]:.2f}")
     print(f"Total time: {(time.perf_counter() - start) / 60:.1f} min")
 

@@ -10,6 +10,7 @@ RHMC's draws with exact posterior moments, and with a long NUTS run on a funnel,
 from __future__ import annotations
 
 import math
+import warnings
 
 import arviz as az
 import numpy as np
@@ -406,3 +407,17 @@ def test_a_dense_user_metric_is_accepted():
         pm.Normal("x", 0.0, 1.0, shape=2)
         step = pmsg.RHMC(step_size=0.1, metric=lambda x, t: pt.eye(2) * (1.0 + x @ x))
     assert step.parameters["metric"].name == "<lambda>"
+
+
+def test_plain_minibatches_warn_that_the_metric_noise_biases_the_draws():
+    x = np.random.default_rng(0).normal(size=(200, 2))
+    y = (x[:, 0] > 0).astype(float)
+    with pm.Model():
+        xb, yb = pm.Minibatch(x, y, batch_size=20)
+        w = pm.Normal("w", 0.0, 1.0, shape=2)
+        pm.Bernoulli("y", logit_p=xb @ w, observed=yb, total_size=200)
+        with pytest.warns(RuntimeWarning, match=r"SGRNPHMC\(gradient='minibatch'\): its metric"):
+            pmsg.SGRNPHMC(gradient="minibatch", mode_kwargs={"progressbar": False})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            pmsg.SGRNPHMC(mode_kwargs={"progressbar": False})

@@ -9,6 +9,8 @@ adapters' loop and the compiled trajectory. The step stores what it returns.
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -113,6 +115,15 @@ def assemble(
         spheres=layout is not None and any(on for _, _, on in layout.runs),
         allow_missing_total_size=allow_missing_total_size, anchor=anchor,
     )  # fmt: skip
+    if gradient == "minibatch" and graph.groups and kernel.metric == "position_dependent":
+        if kernel.energy is None:
+            # Named at the user's line, past this package's frames.
+            package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            warnings.warn(
+                plain_minibatch_metric_warning(sampler),
+                RuntimeWarning,
+                skip_file_prefixes=(package,),
+            )
     found = group_minibatches(
         model, graph, vars, initial_point, groups=groups, kernel=kernel,
         minibatch=minibatch, sampler=sampler, learns_mass=learns_mass,
@@ -212,3 +223,15 @@ def centred_locals(
         return ()
     places = flat_slices(initial_point, vars)
     return tuple(name for name, where in places.items() if whole_groups.is_local[where].all())
+
+
+def plain_minibatch_metric_warning(sampler: str) -> str:
+    """A position-dependent metric with no Metropolis test, on plain minibatch gradients."""
+    return (
+        f"{sampler}(gradient='minibatch'): its metric G(θ) and the derivatives of "
+        "log |G(θ)| in its dynamics are computed on each step's minibatch, and their noise "
+        "does not average out: on a 2-D logistic regression of 2,000 rows with batches of "
+        "100 the draws' means were 7 posterior sds off (15 with the supplement's frictions), "
+        "where the default gradient='control_variates' is within 0.1. Use the default, or "
+        "RHMC, whose Metropolis test corrects it."
+    )
