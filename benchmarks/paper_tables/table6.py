@@ -13,8 +13,10 @@ The mapping of the parameters:
 
 - ``SGNHT(diffusion=A)`` is SG-NHT's ``A`` (the noise ``N(0, 2Aε)``, the thermostat's
   target);
-- ``SGRNPHMC(diffusion=A)`` is the supplement's ``A``: eq. 2's friction ``−A ∂H/∂q`` on the
-  thermostat momentum, the rate ``A s/|G(θ)|``;
+- eq. 2's friction ``−A ∂H/∂q`` on SGR-NPHMC's thermostat momentum is the rate
+  ``A s/|G(θ)|``, and ``SGRNPHMC(diffusion=)`` is that rate: the rows pass
+  ``A / |G|``, ``|G|`` the product of the Laplace precision's diagonal at the mode (the
+  default metric there) and ``s = 1`` (where each trajectory starts);
 - the momentum friction is not one number in the supplement: its ``−√s B ∂H/∂p`` is the
   matrix rate ``B G(θ)⁻¹`` with noise ``2B`` (per coordinate ``B/g_i`` for the default
   diagonal ``G``), where ours is one rate ``B`` with noise ``2B G`` (both keep
@@ -44,12 +46,14 @@ PAPER_RIEMANNIAN_TABLE2 = {0.1: (0.2071, 0.1884), 1.0: (0.2023, 0.1850), 10.0: (
 """The supplement's Table 2: SG-NHT's RMSE of ``w₁`` and ``w₂`` at ``A``."""
 
 
-def table6_specs(median_precision: float) -> list[tuple[Spec, tuple[float, float], str]]:
+def table6_specs(
+    median_precision: float, determinant: float
+) -> list[tuple[Spec, tuple[float, float], str]]:
     """The rows: each sampler's arguments, the paper's RMSEs and the paper's setting."""
     plain = {"gradient": "minibatch", "n_steps": N_STEPS}
     rows = []
     for a, paper in PAPER_RIEMANNIAN_TABLE1.items():
-        kwargs = plain | {"diffusion": a, "friction": a / median_precision}
+        kwargs = plain | {"diffusion": a / determinant, "friction": a / median_precision}
         rows.append((Spec("SGR-NPHMC", pmsg.SGRNPHMC, kwargs, True), paper, f"A = B = {a:g}"))
     for a, paper in PAPER_RIEMANNIAN_TABLE2.items():
         spec = Spec("SGNHT", pmsg.SGNHT, plain | {"diffusion": a}, True)
@@ -69,9 +73,9 @@ def table6(sizes: Sizes) -> None:
     with model:
         mode = pmsg.find_mode(curvature=True, progressbar=False)
     precision = np.diag(np.linalg.inv(mode.covariance))
-    median_precision = float(np.median(precision))
+    median_precision, determinant = float(np.median(precision)), float(np.prod(precision))
     rows = []
-    for k, (spec, paper, setting) in enumerate(table6_specs(median_precision)):
+    for k, (spec, paper, setting) in enumerate(table6_specs(median_precision, determinant)):
         progress(f"Table 6: {spec.label}, {setting}")
         run = run_chains(model, spec, sizes.tune2, sizes.draws2, sizes.chains, SEED + 600 + k)
         head = [spec.label, setting, *(fmt(x) if x == x else "—" for x in paper)]
@@ -92,7 +96,8 @@ def table6(sizes: Sizes) -> None:
             f"Exact posterior (quadrature): sds {sd[0]:.4f}, {sd[1]:.4f}; a perfect sampler "
             f"scores RMSE {rmse_exact[0]:.4f}, {rmse_exact[1]:.4f} against the true [1, −1]. "
             f"SGR-NPHMC's friction is B / {median_precision:,.0f} (the median of the Laplace "
-            "precision's diagonal at the mode, see the module's docstring); ε is the step "
-            "size the chains kept (in the metric's units).",
+            f"precision's diagonal at the mode) and its diffusion A / {determinant:,.0f} (their "
+            "product): see the module's docstring. ε is the step size the chains kept (in "
+            "the metric's units).",
         ],
     )

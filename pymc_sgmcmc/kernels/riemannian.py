@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pymc_sgmcmc.core.arrays import Array, namespace
+from pymc_sgmcmc.core.arrays import Array
 from pymc_sgmcmc.core.validation import check_count, check_positive
 from pymc_sgmcmc.dynamics.riemannian import (
     FixedPoint,
@@ -314,7 +314,7 @@ class NPParams(NamedTuple):
 
 def np_parameters(
     friction: float = 1.0,
-    diffusion: float = 0.01,
+    diffusion: float = 1.0,
     temperature: float = 1.0,
     degrees_of_freedom: float | None = None,
 ) -> dict:
@@ -324,7 +324,7 @@ def np_parameters(
             "friction", friction, "Pass the momentum friction B > 0, e.g. friction=1.0."
         ),
         "diffusion": check_positive(
-            "diffusion", diffusion, "Pass the thermostat friction A > 0, e.g. diffusion=0.01."
+            "diffusion", diffusion, "Pass the thermostat friction A > 0, e.g. diffusion=1.0."
         ),
         "temperature": check_positive(
             "temperature", temperature, "Pass kT > 0; kT = 1 samples the posterior."
@@ -474,8 +474,7 @@ def np_step(state: NPState, target: Target, noise: Array, params: NPParams) -> t
         log_det,
         eps,
         params.friction,
-        # Eq. 2's −A ∂H/∂q = −A s q/|G| as a rate: `diffusion` is the paper's A.
-        params.diffusion * s * namespace(log_det).exp(-log_det),
+        params.diffusion,
         kT,
     )
     momentum = s * real_momentum

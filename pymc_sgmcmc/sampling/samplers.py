@@ -1019,10 +1019,12 @@ class SGRNPHMC(StochasticGradientStep):
         ``G(θ)``, as for :class:`RHMC`.
     friction : float, default 1.0
         ``B > 0``, the friction (and noise) on the momentum.
-    diffusion : float, default 0.01
-        ``A > 0``, eq. 2's friction (and noise) on the thermostat momentum ``q``: the
-        rate ``A s/|G(θ)|`` (the paper's ``−A ∂H/∂q``); 0.01 is the largest value of the
-        supplement's Table 1.
+    diffusion : float, default 1.0
+        The rate of the friction (and noise) on the thermostat momentum ``q``: eq. 2's
+        ``−A ∂H/∂q`` is the rate ``A s/|G(θ)|``, so the supplement's ``A`` is
+        ``diffusion · |G(θ)|/s``. Not the supplement's 0.01: ``|G|`` grows with the data
+        (8 × 10⁴ on a 2,000-row logistic regression), which leaves ``q`` without friction,
+        and there the draws' means came out 0.46 sds off against 0.01 at a rate of 1.
     temperature : float, default 1.0
         ``kT > 0``; 1 samples the posterior.
     degrees_of_freedom : float, optional
@@ -1053,7 +1055,7 @@ class SGRNPHMC(StochasticGradientStep):
         n_steps: int = 10,
         metric: Any = None,
         friction: float = 1.0,
-        diffusion: float = 0.01,
+        diffusion: float = 1.0,
         temperature: float = 1.0,
         degrees_of_freedom: float | None = None,
         fixed_point_steps: int = 6,
