@@ -121,3 +121,21 @@ def assert_within_mcse(draws, exact_mean, exact_sd, min_ess):
             if not abs(estimate - exact) <= MCSE_TOLERANCE * mcse:
                 failures.append(f"{label}[{k}]: {estimate:.5f} vs {exact:.5f}, MCSE {mcse:.5f}")
     assert not failures, failures
+
+
+def correlated_regression(seed: int, n_rows: int = 2_000):
+    """A linear regression with known noise (sd 3), 3 correlated features, prior N(0, 2²).
+
+    Its posterior is Gaussian: returns the model (``pm.Minibatch`` of 100 rows), the exact
+    mean and covariance.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n_rows, 3)) @ np.array([[1.0, 0.9, 0.0], [0.0, 0.5, 0.4], [0, 0, 1]])
+    y = x @ np.array([0.5, -1.0, 2.0]) + rng.normal(0.0, 3.0, n_rows)
+    precision = x.T @ x / 9.0 + np.eye(3) / 4.0
+    covariance = np.linalg.inv(precision)
+    with pm.Model() as model:
+        xb, yb = pm.Minibatch(x, y, batch_size=100)
+        w = pm.Normal("w", 0.0, 2.0, shape=3)
+        pm.Normal("y", xb @ w, 3.0, observed=yb, total_size=n_rows)
+    return model, covariance @ (x.T @ y / 9.0), covariance

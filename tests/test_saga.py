@@ -4,7 +4,7 @@ minibatch's, and exact draws on Gaussian posteriors."""
 import numpy as np
 import pymc as pm
 import pytest
-from helpers import assert_within_mcse, sample
+from helpers import assert_within_mcse, correlated_regression, sample
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.saga import saga_correction
@@ -126,17 +126,8 @@ def test_sgld_with_saga_samples_the_law_of_its_discretised_chain_on_a_normal_mea
 
 @pytest.mark.statistical
 def test_sgld_with_saga_samples_a_correlated_gaussian():
-    rng = np.random.default_rng(9)
-    n_rows, dim = 2_000, 3
-    x = rng.normal(size=(n_rows, dim)) @ np.array([[1.0, 0.9, 0.0], [0.0, 0.5, 0.4], [0, 0, 1]])
-    y = x @ np.array([0.5, -1.0, 2.0]) + rng.normal(0.0, 3.0, n_rows)
-    precision = x.T @ x / 9.0 + np.eye(dim) / 4.0
-    covariance = np.linalg.inv(precision)
-    mean = covariance @ (x.T @ y / 9.0)
-    with pm.Model() as model:
-        xb, yb = pm.Minibatch(x, y, batch_size=100)
-        w = pm.Normal("w", 0.0, 2.0, shape=dim)
-        pm.Normal("y", xb @ w, 3.0, observed=yb, total_size=n_rows)
+    model, mean, covariance = correlated_regression(9)
+    with model:
         step = pmsg.SGLD(gradient="saga", mode_kwargs={"progressbar": False})
     idata = sample(step, model, draws=3_000, tune=500, chains=2, random_seed=10)
     eta = float(idata.sample_stats["step_size"].values[0, 0])

@@ -5,7 +5,7 @@ import numpy as np
 import pymc as pm
 import pytest
 import scipy.linalg
-from helpers import assert_within_mcse, sample
+from helpers import assert_within_mcse, correlated_regression, sample
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.adaptation.fisher_scoring import FisherScoring
@@ -187,17 +187,9 @@ def test_sgfs_samples_the_law_its_held_curvature_implies_on_a_correlated_gaussia
     # (the linear recursion with the held F and Q) is what the draws must match. With
     # SAGA, Q is its table's error (measured: taken as the plain minibatch's, the sds came
     # out 0.27-0.30 of the posterior's).
-    rng = np.random.default_rng(22)
-    n_rows, dim = 2_000, 3
-    x = rng.normal(size=(n_rows, dim)) @ np.array([[1.0, 0.9, 0.0], [0.0, 0.5, 0.4], [0, 0, 1]])
-    y = x @ np.array([0.5, -1.0, 2.0]) + rng.normal(0.0, 3.0, n_rows)
-    precision = x.T @ x / 9.0 + np.eye(dim) / 4.0
-    covariance = np.linalg.inv(precision)
-    mean = covariance @ (x.T @ y / 9.0)
-    with pm.Model() as model:
-        xb, yb = pm.Minibatch(x, y, batch_size=100)
-        w = pm.Normal("w", 0.0, 2.0, shape=dim)
-        pm.Normal("y", xb @ w, 3.0, observed=yb, total_size=n_rows)
+    model, mean, covariance = correlated_regression(22)
+    precision = np.linalg.inv(covariance)
+    with model:
         step = pmsg.SGFS(gradient=gradient, mode_kwargs={"progressbar": False})
     idata = sample(step, model, draws=6_000, tune=500, chains=1, random_seed=23)
     step_size = float(idata.sample_stats["step_size"].values[0, 0])
