@@ -168,6 +168,18 @@ def test_a_divergence_during_tuning_halves_the_sg_step_and_is_not_fatal():
     assert adapter.nominal(10) == pytest.approx(0.05)
 
 
+def test_tuning_stops_once_divergences_halved_the_sg_step_thirty_times():
+    adapter = AdaptiveStepSize(0.2, metropolis=False)
+    chain = ChainContext(np.random.default_rng(0), 2, np.dtype("float64"), "SGHMC", 100)
+    adapter.init_chain(chain)
+    result = IterationResult(0, True, np.zeros(2), None, None, 0.2, True, 1.0)
+    for _ in range(29):
+        adapter.update(result, chain)
+    assert adapter.nominal(1) == pytest.approx(0.2 * 0.5**29)
+    with pytest.raises(SamplingError, match=r"SGHMC: divergences during tuning halved"):
+        adapter.update(result, chain)
+
+
 def test_tuning_survives_divergences_that_would_stop_a_fixed_step():
     # A stiff, badly scaled target from PyMC's initial point: dual averaging's first
     # large steps diverge, which during tuning only shrinks the step.

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.special
+from pymc.exceptions import SamplingError
 from pymc.step_methods.state import DataClassState, dataclass_state
 from pymc.step_methods.step_sizes import DualAverageAdaptation
 
@@ -70,6 +71,11 @@ NOISE_TOLERANCE = 0.1
 
 DIVERGENCE_SHRINK = 0.5
 """Factor applied to a stochastic-gradient step size after a divergence during tuning."""
+
+SMALLEST_SHRINK = DIVERGENCE_SHRINK**30
+"""At this share of its start (~1e-9), a step size halved by divergences moves no chain:
+tuning stops with an error (measured: on a sparse simplex SGHMC's and SGFS's tuning went on
+halving to 1e-228 and 1e-275 and failed only after it, 1,020 iterations in)."""
 
 
 def gradient_noise_ratio(step_size: float, noise_variance: np.ndarray, damping: float) -> float:
@@ -268,6 +274,16 @@ class AdaptiveStepSize(StepSizeAdapter):
             self.dual.update(0.0 if result.diverging else result.accept, True)
         elif result.diverging:
             self.shrink *= DIVERGENCE_SHRINK
+            if self.shrink <= SMALLEST_SHRINK:
+                raise SamplingError(
+                    f"{chain.sampler}: divergences during tuning halved the step size 30 "
+                    f"times, to {self.nominal(result.iteration):.2g} ({self.shrink:.1e} of its "
+                    "start), where no chain moves: the posterior has regions its steps cannot "
+                    "cross at a usable size (a start far from the bulk, heavy tails, a "
+                    "simplex-valued variable with sparse counts: use pmsg.SGRLD for those). "
+                    "Standardise the data or reparameterise the model, or pass step_size= "
+                    "and mass= of your own."
+                )
             if self.estimates_noise is not None:
                 return frozenset({self.estimates_noise})
         return frozenset()
