@@ -11,7 +11,7 @@ import numpy as np
 
 import pymc_sgmcmc as pmsg
 
-from .config import EM_TOLERANCE, N_STEPS, NAMES, SEED, TWINS, Sizes
+from .config import EM_TOLERANCE, N_STEPS, NAMES, PAPER_SGHMC, PAPER_SGNHT, SEED, TWINS, Sizes
 from .output import print_table, progress
 from .paper import PAPER_TABLE3
 from .problems import TIMING_SETS, timing_models
@@ -42,8 +42,8 @@ def timing_cases(name: str, seed: int) -> list[TimedCase]:
     cases = []
     for em_cls, eps, extra, minibatch in (
         (pmsg.HMCEM, eps_hmc, {}, False),
-        (pmsg.SGHMCEM, eps_sghmc, {"friction": 10.0}, True),
-        (pmsg.SGNHTEM, eps_sgnht, {"diffusion": 1.0}, True),
+        (pmsg.SGHMCEM, eps_sghmc, PAPER_SGHMC, True),
+        (pmsg.SGNHTEM, eps_sgnht, PAPER_SGNHT, True),
     ):
         twin_cls = TWINS[em_cls]
         model = models[minibatch]
