@@ -94,7 +94,8 @@ def table4_row(
         f"{sd_ratio.min():.2f}–{sd_ratio.max():.2f}",
         f"{mean_err.max():.2f}",
         f"{cond[:, -1].mean():.0f}" if cond is not None else "",
-        f"{updates[:, -1].mean():.0f} ({refused[:, -1].mean():.0f})" if updates is not None else "",
+        # A fixed-mass twin reports the windowed mass's updates (0) and no refusals.
+        f"{updates[:, -1].mean():.0f} ({refused[:, -1].mean():.0f})" if refused is not None else "",
     ]
 
 
