@@ -55,14 +55,11 @@ class FisherMeasurement:
         The step whose data, passes, estimator and chain anchor are read at each call.
     diagonal : bool
         Return the diagonals of ``F`` and ``Q`` instead of the matrices.
-    rows_factor : int
-        Minibatches' worth of rows per measurement.
     """
 
-    def __init__(self, step: Any, *, diagonal: bool, rows_factor: int = 1) -> None:
+    def __init__(self, step: Any, *, diagonal: bool) -> None:
         self.step = step
         self.diagonal = bool(diagonal)
-        self.rows_factor = int(rows_factor)
         passes = step.data_passes
         with passes.model:
             rows = row_logp(
@@ -74,12 +71,12 @@ class FisherMeasurement:
         self._gradients = PerDatumGradients(rows, step.data_passes.compile_kwargs)
 
     def __call__(
-        self, position: np.ndarray, rng: np.random.Generator
+        self, position: np.ndarray, rng: np.random.Generator, rows_factor: int = 1
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(F, Q)`` at ``position`` on rows drawn from ``rng``."""
+        """``(F, Q)`` at ``position`` on ``rows_factor`` minibatches' worth of rows from ``rng``."""
         step = self.step
         passes = step.data_passes
-        sizes = [self.rows_factor * size for size in step.estimator.batch_sizes]
+        sizes = [rows_factor * size for size in step.estimator.batch_sizes]
         rows = passes.draw_rows(rng, step.n_rows, sizes)
         gathered = passes.subsample.gather(rows)
         passes.rows_touched += sum(sizes)

@@ -322,9 +322,9 @@ class SGFS(StochasticGradientStep):
         )  # fmt: skip
         # One larger measurement, on rows from a fixed seed: a step built afresh starts
         # its chains from the same F and Q.
-        first = FisherMeasurement(self, diagonal=diagonal, rows_factor=self.START_ROWS_FACTOR)
-        first._gradients = adapter.measure._gradients  # the same compiled function
-        curvature, noise = first(start.astype(self._dtype), np.random.default_rng(0))
+        curvature, noise = adapter.measure(
+            start.astype(self._dtype), np.random.default_rng(0), self.START_ROWS_FACTOR
+        )
         if self.gradient == "saga":
             # No chain, no table yet: this noise would be the plain minibatch's. A
             # chain's table starts exact at its start, so its noise starts near 0.
