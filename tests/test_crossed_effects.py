@@ -17,7 +17,7 @@ import pytest
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.gradients.grouped import GroupLayout
 from pymc_sgmcmc.sampling import translations
-from pymc_sgmcmc.sampling.translations import candidate_directions, independent_directions
+from pymc_sgmcmc.sampling.translations import translation_directions
 from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
 N_USERS, N_ITEMS, N_ROWS = 30, 20, 3000
@@ -134,16 +134,13 @@ def test_a_direction_is_kept_only_where_the_likelihood_does_not_see_it_and_spans
         gradient[2:5] = row_scores
         gradient[5:7] = np.bincount([0, 1, 1], weights=row_scores)
         gradients.append(gradient)
-    candidates = candidate_directions([a_layout, b_layout], np.array([0, 1]))
-    kept = independent_directions(candidates, gradients)
+    kept = translation_directions([a_layout, b_layout], np.array([0, 1]), gradients)
     pairs = [(int(np.flatnonzero(v > 0)[0]), int(np.flatnonzero(v < 0)[0])) for v in kept]
     # mu against a and against b; a against b is their difference; beta is seen.
     assert pairs == [(0, 2), (0, 5)]
     assert all(np.sum(v[2:5]) == -3 for v in kept[:1])
     # Without the intercept, a against b is found.
-    kept = independent_directions(
-        candidate_directions([a_layout, b_layout], np.array([1])), gradients
-    )
+    kept = translation_directions([a_layout, b_layout], np.array([1]), gradients)
     assert [(int(np.flatnonzero(v > 0)[0]), int(np.flatnonzero(v < 0)[0])) for v in kept] == [
         (2, 5)
     ]
@@ -273,3 +270,23 @@ def test_a_non_centred_intercepts_direction_keeps_the_conditional_given_the_scal
         assert worst > 4.5, worst
     else:
         assert worst < 4.5, worst
+
+
+def test_thousands_of_globals_are_checked_without_a_dense_candidate_each():
+    # A topic model's global topic weights: 30,000 globals against 20 local columns
+    # were 600,000 dense candidates of 30,000 coordinates each (150 GB). mu (0) trades
+    # with the intercepts' column; the other globals are read by the likelihood.
+    n_globals, n_groups, n_columns = 30_000, 50, 20
+    dim = n_globals + n_groups * n_columns
+    locals_ = n_globals + np.arange(n_groups * n_columns).reshape(n_groups, n_columns)
+    layout = GroupLayout(np.arange(n_groups), n_groups, locals_, dim)
+    rng = np.random.default_rng(1)
+    gradients = []
+    for _ in range(2):
+        gradient = rng.standard_normal(dim)
+        gradient[0] = gradient[locals_[:, 3]].sum()
+        gradients.append(gradient)
+    kept = translation_directions([layout], np.arange(n_globals), gradients)
+    assert len(kept) == 1
+    assert np.flatnonzero(kept[0] > 0).tolist() == [0]
+    assert np.array_equal(np.flatnonzero(kept[0] < 0), locals_[:, 3])

@@ -389,6 +389,32 @@ def test_a_global_move_without_the_hastings_correction_is_caught(data, monkeypat
     assert worst_variance > 10.0, worst_variance
 
 
+def test_a_grouped_model_with_many_globals_leaves_them_to_the_kernel(data, monkeypatch):
+    # 240 shared slopes: the grouped Hessian (a D × G array, 2(r + G) full passes) and the
+    # globals' dense Newton move are not made; the step still samples every variable.
+    group, y = data
+    n_slopes = 240
+    x = np.random.default_rng(3).normal(size=(y.size, n_slopes))
+
+    def no_grouped_hessian(*args, **kwargs):
+        raise AssertionError("the grouped Hessian was differenced")
+
+    monkeypatch.setattr(
+        "pymc_sgmcmc.sampling.mode.grouped_hessian_by_differences", no_grouped_hessian
+    )
+    with pm.Model() as model:
+        group_mb, x_mb, y_mb = pm.Minibatch(group, x, y, batch_size=60)
+        mu = pm.Normal("mu", 0.0, MU_SD)
+        tau = pm.HalfNormal("tau", TAU_SCALE)
+        a = mu + tau * pm.Normal("z", 0.0, 1.0, shape=N_GROUPS)
+        beta = pm.Normal("beta", 0.0, 0.1, shape=n_slopes)
+        pm.Normal("y", a[group_mb] + x_mb @ beta, NOISE_SD, observed=y_mb, total_size=y.size)
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    assert step.groups is not None and step.groups.global_move is None
+    idata = sample(step, model, tune=20, draws=20)
+    assert np.all(np.isfinite(idata.posterior["beta"].values))
+
+
 @pytest.mark.statistical
 def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(
     model, exact_posterior

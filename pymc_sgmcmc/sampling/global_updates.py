@@ -30,6 +30,10 @@ GLOBAL_CURVATURE_FIT_EVERY = 50
 """During tuning the globals' precision is differenced at one draw in this many at least
 (one in ``2G`` for ``G`` globals: a fit costs ``2G`` passes, at most one a draw)."""
 
+EXACT_MOVE_MAX_GLOBALS = 200
+"""Above this many globals they are left to the kernel: a fit costs ``2G`` full-data
+passes and a ``G × G`` precision (a topic model's 28,000 topic weights asked for 6 GiB)."""
+
 GLOBAL_CURVATURE_AVERAGING = 0.2
 """Weight of the newest fit in the running precision during tuning."""
 

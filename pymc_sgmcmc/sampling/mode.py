@@ -45,6 +45,13 @@ from pymc_sgmcmc.sampling.optimize import (
 DENSE_CURVATURE_MAX_DIM = 200
 """Up to this dimension the curvature is a dense Hessian (D + 1 subsample gradients)."""
 
+GROUPED_CURVATURE_MAX_GLOBALS = DENSE_CURVATURE_MAX_DIM
+"""Up to this many global coordinates a grouped model's Hessian is differenced whole.
+
+It costs ``2 (r + G)`` full-data gradients and a ``D × G`` array: a topic model whose
+topics are global (28,000 coordinates) asked for 7 GiB and as many passes.
+"""
+
 CURVATURE_SUBSAMPLE_ROWS = 200_000
 """Rows per ``pm.Minibatch`` call on which a dense Hessian is differenced."""
 
@@ -379,7 +386,11 @@ def search_mode(
                 position, logp, gradient, newton_hessian, hessian_at, done = _newton(
                     finder, position, logp, gradient, rng
                 )
-        if not done and local_positions is not None and x0.size > DENSE_CURVATURE_MAX_DIM:
+        if (
+            not done
+            and _grouped_curvature(local_positions, x0.size)
+            and x0.size > DENSE_CURVATURE_MAX_DIM
+        ):
             # A grouped model: Newton steps with its whole Hessian, differenced in r + G
             # gradient pairs and solved group by group. L-BFGS, whose curvature is learnt
             # from its steps, ran out of iterations on groups of 1 to 3,000 rows.
@@ -542,6 +553,13 @@ def _newton(finder, position, logp, gradient, rng, max_steps: int = 10):
     return position, logp, gradient, hessian, hessian_at, False
 
 
+def _grouped_curvature(local_positions: np.ndarray | None, dim: int) -> bool:
+    """Whether a grouped model's Hessian is differenced whole (few enough globals)."""
+    if local_positions is None:
+        return False
+    return dim - np.asarray(local_positions).size <= GROUPED_CURVATURE_MAX_GLOBALS
+
+
 def _grouped_newton(finder, position, logp, gradient, local_positions, max_steps: int = 30):
     """Newton steps with a grouped model's whole Hessian, each halved until it climbs.
 
@@ -684,11 +702,12 @@ def _laplace(
         def gradient(x: np.ndarray) -> np.ndarray:
             return finder.full_pass(x)[1]
 
-        if local_positions is not None and near is not None and _within(position, near_at, near):
+        grouped_curvature = _grouped_curvature(local_positions, position.size)
+        if grouped_curvature and near is not None and _within(position, near_at, near):
             # The grouped Newton steps' last Hessian (its diagonal), taken at this point
             # and negative definite there.
             hessian = near
-        elif local_positions is not None:
+        elif grouped_curvature:
 
             def grouped(scale: np.ndarray):
                 return grouped_hessian_by_differences(gradient, position, scale, local_positions)

@@ -57,50 +57,48 @@ class TranslationResult(NamedTuple):
     accept: np.ndarray
 
 
-def candidate_directions(
-    layouts: list[GroupLayout], global_positions: np.ndarray
-) -> list[np.ndarray]:
-    """Every direction a shared intercept or slope could trade with the groups' locals.
+def _unseen(products: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """``|∇L·v|`` within :data:`INVARIANCE_TOLERANCE` of its scale ``Σ|∂L/∂θ_i v_i|``.
 
-    ``+1`` on a global coordinate and ``−1`` on one local column of a grouping factor
-    (every group's); then ``+1`` on one factor's column and ``−1`` on another factor's.
+    A zero or non-finite scale leaves nothing to compare against: not a proof.
+    """
+    with np.errstate(invalid="ignore"):
+        return (
+            np.isfinite(scales) & (scales > 0) & (np.abs(products) <= INVARIANCE_TOLERANCE * scales)
+        )
+
+
+def translation_directions(
+    layouts: list[GroupLayout],
+    global_positions: np.ndarray,
+    likelihood_gradients: list[np.ndarray],
+) -> list[np.ndarray]:
+    """The ±1 directions the likelihood does not see, less those the kept ones span.
+
+    The candidates are ``+1`` on a global coordinate and ``−1`` on one local column of a
+    grouping factor (every group's), then ``+1`` on one factor's column and ``−1`` on
+    another's, in that order. One is kept where ``∇L·v`` vanishes to rounding at every
+    point given (``likelihood_gradients``) and it links two sets of coordinates not yet
+    linked (a spanning forest): with ``mu ↔ a`` and ``mu ↔ b`` kept, ``a ↔ b`` is their
+    difference. ``∇L·v`` and its scale are sums over the two sets, so every candidate
+    is checked from each column's sums at once: a topic model's 28,000 global topic
+    weights against 20 local columns made 560,000 dense candidates, 150 GB.
     """
     dim = layouts[0].dim
     columns = [f.local_positions[:, k] for f in layouts for k in range(f.local_positions.shape[1])]
-    candidates = []
-    for g in global_positions:
-        for column in columns:
-            v = np.zeros(dim)
-            v[g], v[column] = 1.0, -1.0
-            candidates.append(v)
-    for i, first in enumerate(columns):
-        for second in columns[i + 1 :]:
-            v = np.zeros(dim)
-            v[first], v[second] = 1.0, -1.0
-            candidates.append(v)
-    return candidates
-
-
-def unseen_by_likelihood(likelihood_gradients: list[np.ndarray], v: np.ndarray) -> bool:
-    """Whether ``∇L·v`` vanishes to rounding at every point given (``L``'s gradients)."""
+    n_globals, n_columns = len(global_positions), len(columns)
+    global_unseen = np.ones((n_globals, n_columns), dtype=bool)
+    pair_unseen = np.ones((n_columns, n_columns), dtype=bool)
     for gradient in likelihood_gradients:
-        scale = np.abs(gradient * v).sum()
-        if not np.isfinite(scale) or scale == 0.0:
-            return False  # nothing to compare against: not a proof
-        if abs(float(gradient @ v)) > INVARIANCE_TOLERANCE * scale:
-            return False
-    return True
-
-
-def independent_directions(
-    candidates: list[np.ndarray], likelihood_gradients: list[np.ndarray]
-) -> list[np.ndarray]:
-    """The candidates unseen by the likelihood, less those the kept ones already span.
-
-    Each candidate joins two sets of coordinates (``+1`` and ``−1``); one is kept only
-    where it links two sets not yet linked (a spanning forest): with ``mu ↔ a`` and
-    ``mu ↔ b`` kept, ``a ↔ b`` is their difference.
-    """
+        sums = np.array([gradient[c].sum() for c in columns])
+        magnitudes = np.array([np.abs(gradient[c]).sum() for c in columns])
+        on_globals = gradient[global_positions][:, None]
+        global_unseen &= _unseen(on_globals - sums, np.abs(on_globals) + magnitudes)
+        pair_unseen &= _unseen(sums[:, None] - sums, magnitudes[:, None] + magnitudes)
+    candidates = [
+        (np.array([global_positions[g]]), columns[k]) for g, k in np.argwhere(global_unseen)
+    ]
+    candidates += [(columns[i], columns[j]) for i, j in np.argwhere(np.triu(pair_unseen, k=1))]
     parent: dict[int, int] = {}
 
     def root(node: int) -> int:
@@ -109,12 +107,13 @@ def independent_directions(
         return node
 
     kept = []
-    for v in candidates:
-        first, second = int(np.flatnonzero(v > 0)[0]), int(np.flatnonzero(v < 0)[0])
-        a, b = root(first), root(second)
-        if a == b or not unseen_by_likelihood(likelihood_gradients, v):
+    for plus, minus in candidates:
+        a, b = root(int(plus[0])), root(int(minus[0]))
+        if a == b:
             continue
         parent[a] = b
+        v = np.zeros(dim)
+        v[plus], v[minus] = 1.0, -1.0
         kept.append(v)
     return kept
 
@@ -219,9 +218,7 @@ class TranslationMove:
             np.asarray(likelihood_gradient(point, rows), dtype=float) * self.per_unit_shift(point)
             for point in points
         ]
-        self.directions = independent_directions(
-            candidate_directions(layouts, global_positions), gradients
-        )
+        self.directions = translation_directions(layouts, global_positions, gradients)
         return self.directions
 
     def move(self, position: np.ndarray, rng: np.random.Generator) -> TranslationResult:

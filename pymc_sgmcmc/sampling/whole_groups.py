@@ -26,6 +26,7 @@ from pymc_sgmcmc.adaptation.step_size import noise_limited_step_size
 from pymc_sgmcmc.gradients.estimators import Grouping, NoiseMonitor
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
 from pymc_sgmcmc.sampling.global_updates import (
+    EXACT_MOVE_MAX_GLOBALS,
     ExactGlobalMove,
     averaged_precision,
     precision_factor,
@@ -148,8 +149,13 @@ class WholeGroups(WithSamplingState):
         )
         self.layouts = [grouping.layout, *(factor.layout for factor in secondary)]
         self.global_move = None
-        if per_group is not None and full_pass is not None:
-            self.global_move = ExactGlobalMove(full_pass, np.flatnonzero(~self.is_local))
+        global_positions = np.flatnonzero(~self.is_local)
+        if (
+            per_group is not None
+            and full_pass is not None
+            and global_positions.size <= EXACT_MOVE_MAX_GLOBALS
+        ):
+            self.global_move = ExactGlobalMove(full_pass, global_positions)
         self.translations = TranslationMove(
             grouped.position, grouped.prior, hierarchy, compile_kwargs
         )
