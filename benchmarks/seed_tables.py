@@ -15,6 +15,10 @@ Table 6 is the Riemannian supplement's Tables 1–2 (:mod:`paper_tables.table6`)
 SGR-NPHMC's frictions ``A = B`` and SG-NHT's ``A`` vary, with the mapping of the
 supplement's parameters to ours.
 
+Table 7 is the MCEM paper's Table 4 and Figure 1 (:mod:`paper_tables.table7`): test
+perplexity of a Gamma-process Poisson factor analysis topic model on the Lee corpus
+against iterations and time, for SGHMC, SGNHT, SG-NPHMC and their EM variants.
+
 Table 5 gives the Nosé–Poincaré and Riemannian rows of Tables 1–3 (SG-NPHMC,
 SG-NPHMC-EM, SGR-NPHMC, RHMC, with SGNHT-EM and HMC-EM beside them), every sampler with
 its default arguments (``step_size="auto"``, ``n_steps=10``), and tests the paper's claim
@@ -82,6 +86,8 @@ one module per table (``table1`` … ``table5``) beside the shared ``config``, `
     python benchmarks/seed_tables.py --tables 1 3 # a subset
     python benchmarks/seed_tables.py --quick --tables 5  # the NP and Riemannian rows
     python benchmarks/seed_tables.py --tables 6          # the Riemannian supplement's Tables 1-2
+    python benchmarks/seed_tables.py --tables 7 --plot docs/topic_perplexity.png
+                                                         # the MCEM paper's Table 4 and Figure 1
 """
 
 from __future__ import annotations
@@ -98,6 +104,7 @@ from paper_tables.table3 import run_timings, table3
 from paper_tables.table4 import table4
 from paper_tables.table5 import NP_TIMING_SETS, table5
 from paper_tables.table6 import table6
+from paper_tables.table7 import table7
 
 
 def parse_args() -> argparse.Namespace:
@@ -105,7 +112,14 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter chains, fewer rounds")
     parser.add_argument(
-        "--tables", nargs="+", type=int, default=[1, 2, 3, 4, 5, 6], choices=[1, 2, 3, 4, 5, 6]
+        "--tables",
+        nargs="+",
+        type=int,
+        default=[1, 2, 3, 4, 5, 6, 7],
+        choices=[1, 2, 3, 4, 5, 6, 7],
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE.png", help="Table 7: save the MCEM paper's Figure 1 here"
     )
     parser.add_argument(
         "--np-timing-sets",
@@ -143,6 +157,8 @@ def main() -> None:
         table5(sizes, tuple(args.np_timing_sets), not args.np_timing_only)
     if 6 in args.tables:
         table6(sizes)
+    if 7 in args.tables:
+        table7(args.quick, args.plot)
     print(f"Load average (1 min) at end: {os.getloadavg()[0]:.2f}")
     print(f"Total time: {(time.perf_counter() - start) / 60:.1f} min")
 
