@@ -11,7 +11,17 @@ import numpy as np
 
 import pymc_sgmcmc as pmsg
 
-from .config import EM_TOLERANCE, N_STEPS, NAMES, PAPER_SGHMC, PAPER_SGNHT, SEED, TWINS, Sizes
+from .config import (
+    EM_TOLERANCE,
+    N_STEPS,
+    NAMES,
+    PAPER_ESTIMATORS_NOTE,
+    PAPER_SGHMC,
+    PAPER_SGNHT,
+    SEED,
+    TWINS,
+    Sizes,
+)
 from .output import print_table, progress
 from .paper import PAPER_TABLE3
 from .problems import TIMING_SETS, timing_models
@@ -123,6 +133,7 @@ def table3_times(sizes: Sizes, results: dict, names: list[str]) -> None:
             "gradient the trajectory returns); 'dense I': the fixed-mass twin "
             "with a dense identity mass. Australian and Heart: synthetic data of those "
             "shapes.",
+            PAPER_ESTIMATORS_NOTE,
         ],
     )
 
