@@ -33,6 +33,7 @@ from pymc.exceptions import SamplingError
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.kernels import sghmc as sghmc_kernel
 from pymc_sgmcmc.kernels.base import Target
+from pymc_sgmcmc.sampling import step as step_module
 
 
 def full_data_logp(observations, mu):
@@ -847,3 +848,20 @@ def test_the_set_up_is_timed_and_logged_with_the_rows_it_read(minibatch_model, c
         f"SGHMC: set-up took {step.setup_seconds:.1f} s (mode search "
         f"{step.mode_seconds:.1f} s; rows read: {passes:.1f}× the data)"
     )
+
+
+def test_a_long_first_draw_is_logged_once(minibatch_model, caplog, monkeypatch):
+    # Compiling happens at the first draw, after the set-up the step reports: a long
+    # first draw is said once, with its time.
+    monkeypatch.setattr(step_module, "FIRST_DRAW_REPORT_SECONDS", 0.0)
+    with minibatch_model:
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    assert step.first_draw_seconds is None
+    with caplog.at_level(logging.INFO, logger="pymc_sgmcmc"):
+        sample(step, minibatch_model, draws=5, tune=5)
+    messages = [r.getMessage() for r in caplog.records if "first draw" in r.getMessage()]
+    assert step.first_draw_seconds > 0
+    assert messages == [
+        f"SGHMC: the first draw took {step.first_draw_seconds:.1f} s (functions compiled "
+        "at first use: the trajectory and the moves that follow it)"
+    ]
