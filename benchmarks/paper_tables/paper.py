@@ -49,3 +49,13 @@ PAPER_NP_TABLE3 = {
     "SGR-NPHMC": (6.720, 4.568, 3.676),
     "RHMC": (1550.0, 367.0, 209.0),
 }
+PAPER_TABLE4 = {
+    "SGHMC": (759, 0.047),
+    "SGHMC-EM": (738, 0.047),
+    "SGNHT": (757, 0.045),
+    "SGNHT-EM": (719, 0.045),
+    "SGR-NPHMC": (723, 0.410),
+    "SG-NPHMC": (714, 0.049),
+    "SG-NPHMC-EM": (712, 0.049),
+}
+"""The paper's Table 4 on 20-Newsgroups: test perplexity and seconds per iteration."""

@@ -57,6 +57,7 @@ import pymc_sgmcmc as pmsg
 
 from .config import N_STEPS, PAPER_SGHMC, PAPER_SGNHT, SEED
 from .output import print_table, progress
+from .paper import PAPER_TABLE4
 
 TOPICS = 20
 ROUNDS = 4
@@ -66,17 +67,6 @@ PHI_CONCENTRATION = 0.1
 TRAIN_SHARE = 0.6
 OBSERVED_SHARE = 0.8
 """Share of each test document's words given to the model; the rest are scored."""
-
-PAPER_TABLE4 = {
-    "SGHMC": (759, 0.047),
-    "SGHMC-EM": (738, 0.047),
-    "SGNHT": (757, 0.045),
-    "SGNHT-EM": (719, 0.045),
-    "SGR-NPHMC": (723, 0.410),
-    "SG-NPHMC": (714, 0.049),
-    "SG-NPHMC-EM": (712, 0.049),
-}
-"""The paper's Table 4 on 20-Newsgroups: test perplexity and seconds per iteration."""
 
 ROWS = [
     ("SGHMC", pmsg.SGHMC, PAPER_SGHMC),
