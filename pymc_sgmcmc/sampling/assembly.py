@@ -33,6 +33,9 @@ from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
 from pymc_sgmcmc.sampling.tuning import Tuning
 from pymc_sgmcmc.sampling.whole_groups import WholeGroups
 
+PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""Warnings from set-up name the first line outside the package (the user's)."""
+
 
 class StepParts(NamedTuple):
     """What :func:`assemble` hands a step method."""
@@ -115,15 +118,17 @@ def assemble(
         spheres=layout is not None and any(on for _, _, on in layout.runs),
         allow_missing_total_size=allow_missing_total_size, anchor=anchor,
     )  # fmt: skip
-    if gradient == "minibatch" and graph.groups and kernel.metric == "position_dependent":
-        if kernel.energy is None:
-            # Named at the user's line, past this package's frames.
-            package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            warnings.warn(
-                plain_minibatch_metric_warning(sampler),
-                RuntimeWarning,
-                skip_file_prefixes=(package,),
-            )
+    if (
+        gradient == "minibatch"
+        and graph.groups
+        and kernel.metric == "position_dependent"
+        and kernel.energy is None
+    ):
+        warnings.warn(
+            plain_minibatch_metric_warning(sampler),
+            RuntimeWarning,
+            skip_file_prefixes=(PACKAGE_DIRECTORY,),
+        )
     found = group_minibatches(
         model, graph, vars, initial_point, groups=groups, kernel=kernel,
         minibatch=minibatch, sampler=sampler, learns_mass=learns_mass,

@@ -21,7 +21,6 @@ kernel and passes its parameters; it overrides nothing.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from functools import partial
@@ -58,8 +57,6 @@ from pymc_sgmcmc.sampling.statistics import GENERIC_STATS, declared_stats
 from pymc_sgmcmc.sampling.trajectory import CompiledTrajectory
 
 _log = logging.getLogger("pymc_sgmcmc")
-_PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-"""Warnings from set-up name the first line outside the package (the user's)."""
 
 FIRST_DRAW_REPORT_SECONDS = 1.0
 """A first draw at least this long is logged: the compiled functions are built there,
@@ -291,12 +288,12 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             )
         beside = self._flat.groups and arguments.discrete_beside_minibatch(name, user_model)
         if beside:
-            warnings.warn(beside, RuntimeWarning, skip_file_prefixes=(_PACKAGE_DIRECTORY,))
+            warnings.warn(beside, RuntimeWarning, skip_file_prefixes=(assembly.PACKAGE_DIRECTORY,))
         sparse = not kernel.supports_simplices and sparse_simplex_warning(
             name, model, self._sampled_vars, self._initial_point, self.mode
         )
         if sparse:
-            warnings.warn(sparse, RuntimeWarning, skip_file_prefixes=(_PACKAGE_DIRECTORY,))
+            warnings.warn(sparse, RuntimeWarning, skip_file_prefixes=(assembly.PACKAGE_DIRECTORY,))
         for buffer in self._buffers():
             # Filled again at each chain's start; meanwhile, pickling (pm.sample's chain
             # processes) does not copy it.
@@ -582,9 +579,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             position = chain.kernel_state.position
         else:
             position = q0.data if centring is None else centring.to_sampled(q0.data)
-        started = time.perf_counter()
+        first = self.first_draw_seconds is None
+        started = time.perf_counter() if first else 0.0
         position, stats = chain.advance(position, self.rng, continued=continued)
-        if self.first_draw_seconds is None:
+        if first:
             self._log_first_draw(time.perf_counter() - started)
         position = position if centring is None else centring.to_model(position)
         self._returned = position.copy()
