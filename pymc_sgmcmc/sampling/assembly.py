@@ -92,6 +92,7 @@ def assemble(
     allow_missing_total_size: bool,
     compile_kwargs: dict | None,
     twin_first: bool = False,
+    without_mode: bool = False,
 ) -> StepParts:
     """Build a step method's parts from its options (the step's parameters) and the model.
 
@@ -100,6 +101,8 @@ def assemble(
     ``twin_first``: where a grouped model's locals are sampled directly and have no exact
     move per group, raise :class:`~pymc_sgmcmc.sampling.startup.CentredHierarchyError`
     before the mode search (the step then tries their non-centred twin).
+    ``without_mode``: start from the initial point, not a mode
+    (:func:`~pymc_sgmcmc.sampling.startup.start_up`).
     """
     dtype = graph.position.dtype
     layout = sphere_layout(model, vars, initial_point, sampler) if kernel.supports_spheres else None
@@ -195,7 +198,7 @@ def assemble(
         adapt_mass=adapt_mass, damping=damping, estimated_noise=estimated_noise,
         noise_checkable=kernel.noise_erodes_it,
         decoupled=None if simplices is None else simplices.simplex_indices,
-        noise_whitening=noise_whitening,
+        noise_whitening=noise_whitening, without_mode=without_mode,
     )  # fmt: skip
     if start.metric is not None:
         fixed["metric"] = start.metric

@@ -444,6 +444,69 @@ def search_mode(
     return mode
 
 
+START_SCALE_CAP = 1.0
+"""The largest scale :func:`scale_at_start` gives a coordinate (in sds of the start's
+metric), the unit scale of PyMC's own jitter of initial points. A coordinate the log
+density does not curve downwards at the start (flat, or convex there) gets it; the tuning
+windows learn its scale from the draws."""
+
+START_DIAGONAL_PROBES = 16
+"""Random probes (two full-data gradients each) of :func:`scale_at_start`'s diagonal above
+``DENSE_CURVATURE_MAX_DIM`` coordinates: it sets each coordinate's scale only to start."""
+
+
+def scale_at_start(
+    finder: ModeFinder,
+    x0: np.ndarray,
+    point: dict[str, np.ndarray],
+    *,
+    curvature: bool,
+    rng: np.random.Generator,
+) -> ModeResult:
+    """The start ``x0`` in place of a mode, with each coordinate's scale there.
+
+    For a model whose joint density has no mode, which a search would follow out of the
+    posterior (a centred hierarchy whose group scale can shrink to 0, or whose
+    concentration can grow without bound, where every local joins its location). The
+    "covariance" is diagonal, ``1 / max(|H_ii|, 1)`` (``H_ii`` the log density's curvature
+    at ``x0``, :data:`START_SCALE_CAP`): a start's metric and the scale of the chains'
+    jitter around ``x0``, not a Laplace approximation. Its ``converged`` is False.
+    """
+    started = time.perf_counter()
+    rows_before = finder.rows_touched
+    position = np.asarray(x0, dtype=finder.flat.position.dtype).copy()
+    logp, gradient = finder.full_pass(position)
+    if not (np.isfinite(logp) and np.all(np.isfinite(gradient))):
+        raise ValueError(
+            "The model's log density or its gradient is not finite at its initial point, "
+            "where chains start when the joint density has no mode. Pass initvals= to "
+            "pm.sample, or initial values to the model's variables (initval=)."
+        )
+    covariance = None
+    if curvature:
+        scale = np.maximum(np.abs(position), 1.0)
+        if position.size <= DENSE_CURVATURE_MAX_DIM:
+            diagonal = hessian_diagonal_by_forward_differences(
+                lambda x: finder.full_pass(x)[1], position, scale, gradient
+            )
+        else:
+            diagonal = hessian_diagonal_by_probes(
+                lambda x: finder.full_pass(x)[1], position, scale, START_DIAGONAL_PROBES, rng
+            )
+        curved = np.where(np.isfinite(diagonal), np.abs(diagonal), 0.0)
+        covariance = 1.0 / np.maximum(curved, 1.0 / START_SCALE_CAP**2)
+    mode = ModeResult(_unflatten(finder, position, point))
+    mode.position = position
+    mode.logp = float(logp)
+    mode.gradient = gradient
+    mode.covariance = covariance
+    mode.converged = False
+    mode.message = "no mode: the start taken with each coordinate's scale there"
+    mode.rows_touched = finder.rows_touched - rows_before
+    mode.seconds = time.perf_counter() - started
+    return mode
+
+
 def _curvature_kind(curvature: bool | str, dim: int) -> str | None:
     if curvature is False or curvature is None:
         return None

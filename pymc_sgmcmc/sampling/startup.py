@@ -23,7 +23,7 @@ from pymc_sgmcmc.gradients.per_datum import PerDatumGradients
 from pymc_sgmcmc.gradients.saga import table_bytes
 from pymc_sgmcmc.kernels.base import Kernel
 from pymc_sgmcmc.sampling import kernel_parameters, noise
-from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, search_mode
+from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult, scale_at_start, search_mode
 from pymc_sgmcmc.sampling.model_graph import full_data_logp, row_logp
 from pymc_sgmcmc.sampling.trajectory import ANCHORED_GRADIENTS, GRADIENTS
 
@@ -136,6 +136,24 @@ def start_mode(
         raise CentredHierarchyError(
             centred_hierarchy_hint(sampler, error), centred_locals
         ) from None
+
+
+def start_without_mode(
+    passes: ModeFinder,
+    vars: list,
+    initial_point: dict[str, np.ndarray],
+    dtype: Any,
+    options: dict[str, Any],
+    curvature: bool,
+) -> ModeResult:
+    """The initial point (or ``mode_kwargs``' ``start``) in place of a mode that does not exist.
+
+    Seeded as :func:`start_mode`'s search is (``random_seed``, 0 by default).
+    """
+    rng = np.random.default_rng(options.get("random_seed", 0))
+    point = {**initial_point, **(options.get("start") or {})}
+    x0 = np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(dtype)
+    return scale_at_start(passes, x0, point, curvature=curvature, rng=rng)
 
 
 class CentredHierarchyError(ValueError):
@@ -281,6 +299,7 @@ def start_up(
     noise_checkable: bool,
     decoupled: np.ndarray | None = None,
     noise_whitening: Any = None,
+    without_mode: bool = False,
 ) -> StartUp:
     """Mode, anchor, estimator, metric and step-size adapter, in that order, before any chain.
 
@@ -288,11 +307,17 @@ def start_up(
     Laplace metric (:func:`~pymc_sgmcmc.sampling.kernel_parameters.preconditioned`) and
     dual-averages the step; control variates without an ``anchor=`` search the mode for
     their anchor. ``passes`` are the full-data and subsample passes (compiled on first
-    use), which count the rows they read.
+    use), which count the rows they read. ``without_mode``: the joint density has no mode
+    (the search failed on a centred hierarchy without a twin): the initial point stands in
+    for it, with each coordinate's scale there (:func:`~pymc_sgmcmc.sampling.mode.scale_at_start`),
+    and the tuning windows move the metric and the anchor to the draws.
     """
     automatic = isinstance(step_size, str)
     mode, rows_touched = None, 0
-    if automatic or (gradient == "control_variates" and anchor is None):
+    if without_mode and (automatic or (gradient == "control_variates" and anchor is None)):
+        mode = start_without_mode(passes, vars, initial_point, dtype, mode_kwargs, automatic)
+        rows_touched += mode.rows_touched
+    elif automatic or (gradient == "control_variates" and anchor is None):
         separable = grouping is not None and separable_locals
         mode = start_mode(
             sampler, passes, vars, initial_point, dtype, mode_kwargs, curvature=automatic,

@@ -207,6 +207,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         )  # fmt: skip
         self.non_centring: NonCentring | None = None
         twin_first, unsearched = True, False
+        self.without_mode: tuple[str, ...] = ()
         while True:
             try:
                 parts = self._assemble(model, vars, vars, blocked, rng, options, twin_first)
@@ -215,7 +216,27 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             except startup.CentredHierarchyError as error:
                 twin, share = non_centred(model, vars, set(error.local_names)), None
                 if error.searched and twin is None:
-                    raise
+                    # No mode and no twin to sample instead (not a Normal hierarchy):
+                    # chains start from the initial point, the metric and the anchor
+                    # learned from the tuning draws.
+                    try:
+                        parts = self._assemble(
+                            model, vars, vars, blocked, rng, {**options, "without_mode": True}
+                        )
+                    except ValueError:
+                        raise error from None
+                    rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
+                    self.without_mode = tuple(rvs.get(n, n) for n in error.local_names)
+                    _log.info(
+                        "%s: the joint density has no mode (the centred hierarchy of %s: "
+                        "its group scale or concentration runs off, every local at its "
+                        "location); chains start around the initial point at each "
+                        "coordinate's scale there, and the metric and the anchor follow "
+                        "the tuning draws. Give tuning draws enough to reach the "
+                        "posterior, and check R-hat.",
+                        name, ", ".join(self.without_mode),
+                    )  # fmt: skip
+                    break
                 if error.searched or (twin is not None and twin.has_rows):
                     # Rows of correlated effects: their twin has a move per group, so
                     # the search of the model as written (1,000 L-BFGS iterations into
