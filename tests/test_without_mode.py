@@ -117,3 +117,26 @@ def test_without_a_mode_chains_start_around_the_initial_point_at_its_scale(model
         idata = sample(step, model, draws=30, tune=30, chains=2)
     first = idata.posterior["m"].values[:, 0]
     assert first[0] != first[1]  # the chains start apart
+
+
+@pytest.mark.parametrize("given", [None, 300])
+def test_a_twinless_hierarchys_search_is_cut_short(model, monkeypatch, given):
+    # Without a mode the search runs until its iterations run out (1,000 L-BFGS steps
+    # took minutes on a topic model), and the step starts without a mode anyway.
+    from pymc_sgmcmc.sampling import startup
+
+    asked = []
+    search = startup.search_mode
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["maxiter"])
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(startup, "search_mode", spy)
+    options = {"progressbar": False} | ({} if given is None else {"maxiter": given})
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        step = pmsg.SGHMC(mode_kwargs=options)
+    assert asked == [startup.TWINLESS_SEARCH_ITERATIONS if given is None else given]
+    assert step.without_mode == ("rates",)
+    assert step.mode_seconds > step.mode.seconds  # the failed search is counted

@@ -27,6 +27,7 @@ from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_slices
+from pymc_sgmcmc.sampling.non_centring import centred_normal
 from pymc_sgmcmc.sampling.simplices import simplex_layout, simplex_shapes
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
@@ -150,6 +151,11 @@ def assemble(
             f"{sampler}: the locals {', '.join(direct)} have no exact move per group as "
             "written.", direct, searched=False,
         )  # fmt: skip
+    # Locals sampled directly that the step could not sample non-centred: where their
+    # joint density has no mode the step starts without one, so the search is cut short.
+    twinless = bool(direct) and not any(
+        centred_normal(model, v, vars) for v in vars if v.name in direct
+    )
     if whole_groups is not None:
         # A group's parameters move about once per trajectory: a momentum refreshed
         # at every trajectory would never carry their gradient into their position
@@ -198,7 +204,7 @@ def assemble(
         adapt_mass=adapt_mass, damping=damping, estimated_noise=estimated_noise,
         noise_checkable=kernel.noise_erodes_it,
         decoupled=None if simplices is None else simplices.simplex_indices,
-        noise_whitening=noise_whitening, without_mode=without_mode,
+        noise_whitening=noise_whitening, without_mode=without_mode, twinless=twinless,
     )  # fmt: skip
     if start.metric is not None:
         fixed["metric"] = start.metric

@@ -225,6 +225,7 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                         )
                     except ValueError:
                         raise error from None
+                    searched_for = error.seconds
                     rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
                     self.without_mode = tuple(rvs.get(n, n) for n in error.local_names)
                     _log.info(
@@ -283,6 +284,8 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self.rows_touched_by_setup, self.tuning, self._trajectory,
         ) = parts  # fmt: skip
         self.mode_seconds = None if self.mode is None else self.mode.seconds
+        if self.without_mode and self.mode_seconds is not None:
+            self.mode_seconds += searched_for  # the search that found none
         self._tune_iterations = self._draw_iterations = 0
         self._returned: np.ndarray | None = None
         self._reset_chain()
