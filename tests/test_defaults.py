@@ -33,6 +33,7 @@ from pymc_sgmcmc.sampling.chain_checks import (
     thermostat_drift,
 )
 from pymc_sgmcmc.sampling.corrections import runaway_trajectory
+from pymc_sgmcmc.sampling.noise import tuned_step_warning
 
 ROWS, BATCH, DIM = 5_000, 50, 3
 
@@ -178,6 +179,34 @@ def test_tuning_stops_once_divergences_halved_the_sg_step_thirty_times():
     assert adapter.nominal(1) == pytest.approx(0.2 * 0.5**29)
     with pytest.raises(SamplingError, match=r"SGHMC: divergences during tuning halved"):
         adapter.update(result, chain)
+
+
+def test_a_step_tuned_far_below_its_start_is_named_with_its_cause():
+    within = tuned_step_warning("SGHMC", start=0.2, tuned=0.0021, shrink=1.0, noise_cap=0.0021)
+    assert within is None  # 95x
+    noisy = tuned_step_warning("SGHMC", start=0.2, tuned=1e-4, shrink=0.5, noise_cap=1e-4)
+    assert "2,000x below the 0.2" in noisy and "gradient noise capped it" in noisy
+    halved = tuned_step_warning("SGLD", start=0.1, tuned=0.1 / 256, shrink=1 / 256, noise_cap=1.0)
+    assert "8 divergences during tuning halved it" in halved
+
+
+def test_a_chain_whose_tuning_shrank_the_step_warns_when_tuning_ends(monkeypatch):
+    model = standard_normal_model()
+    update = AdaptiveStepSize.update
+
+    def eight_early_divergences(self, result, chain):
+        if result.iteration < 8:
+            result = result._replace(diverging=True)
+        return update(self, result, chain)
+
+    monkeypatch.setattr(AdaptiveStepSize, "update", eight_early_divergences)
+    step = pmsg.SGLD(model=model, mode_kwargs={"progressbar": False})
+    with pytest.warns(RuntimeWarning, match=r"tuning ended with the step size at .* 256x below"):
+        sample(step, model, tune=20, draws=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same step without the divergences: silent
+        monkeypatch.setattr(AdaptiveStepSize, "update", update)
+        sample(step, model, tune=20, draws=5)
 
 
 def test_tuning_survives_divergences_that_would_stop_a_fixed_step():

@@ -149,7 +149,8 @@ def start_mode(
         if not centred_locals:
             raise
         raise CentredHierarchyError(
-            centred_hierarchy_hint(sampler, error), centred_locals,
+            centred_hierarchy_hint(sampler, error),
+            centred_locals,
             seconds=time.perf_counter() - started,
         ) from None
 

@@ -38,10 +38,11 @@ from pymc.vartypes import continuous_types
 
 from pymc_sgmcmc.adaptation.base import Adapter
 from pymc_sgmcmc.adaptation.schedules import StepSizeSchedule
+from pymc_sgmcmc.adaptation.step_size import AdaptiveStepSize
 from pymc_sgmcmc.gradients.estimators import ChainEstimator
 from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.kernels.base import Kernel
-from pymc_sgmcmc.sampling import arguments, assembly, startup, worker_data
+from pymc_sgmcmc.sampling import arguments, assembly, noise, startup, worker_data
 from pymc_sgmcmc.sampling.chain import Chain, ChainParts
 from pymc_sgmcmc.sampling.model_graph import flat_logp, refuse_out_of_core
 from pymc_sgmcmc.sampling.non_centring import (
@@ -558,6 +559,15 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         self.chain.tune = False
         self.tuning.finalize()
         self.tuning.read_parameters()
+        adapter = self.tuning.step_size_adapter
+        warned = (self.minibatch_slowdown or 0.0) >= noise.NOISE_LIMITED_SLOWDOWN  # before
+        if isinstance(adapter, AdaptiveStepSize) and not adapter.metropolis and not warned:
+            message = noise.tuned_step_warning(
+                type(self).__name__, start=adapter.initial_step_size, tuned=adapter.frozen,
+                shrink=adapter.shrink, noise_cap=adapter.noise_cap,
+            )  # fmt: skip
+            if message:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
         self.chain.divergence_log.consecutive = 0
         self.chain.estimator.noise.reset()  # measured afresh at the frozen step and metric
 
