@@ -50,8 +50,8 @@ def exact_posterior(counts):
     group, y = counts
     n = np.bincount(group, minlength=N_GROUPS)[:, None, None]
     s = np.bincount(group, y, minlength=N_GROUPS)[:, None, None]
-    log_r = np.linspace(-4.0, 10.0, 1401)[:, None]
-    log_m = np.linspace(-1.0, 3.0, 801)[None, :]
+    log_r = np.linspace(-1.0, 6.0, 351)[:, None]
+    log_m = np.linspace(0.0, 2.0, 201)[None, :]
     r, m = np.exp(log_r), np.exp(log_m)
     b = r / m
     marginal = r * np.log(b) + gammaln(r + s) - gammaln(r) - (r + s) * np.log(n + b)
