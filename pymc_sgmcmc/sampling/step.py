@@ -314,7 +314,11 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         beside = self._flat.groups and arguments.discrete_beside_minibatch(name, user_model)
         if beside:
             warnings.warn(beside, RuntimeWarning, skip_file_prefixes=(assembly.PACKAGE_DIRECTORY,))
-        sparse = not kernel.supports_simplices and sparse_simplex_warning(
+        # Its concentrations are read from a Laplace covariance, which a start without a
+        # mode does not have (its scales are capped at 1).
+        sparse = (
+            not kernel.supports_simplices and not self.without_mode
+        ) and sparse_simplex_warning(
             name, model, self._sampled_vars, self._initial_point, self.mode
         )
         if sparse:
