@@ -64,9 +64,10 @@ COMMON_PARAMETERS_DOC = """
         Where chains start: "laplace" at independent draws from the Laplace
         approximation (dispersed around the mode, so R-hat keeps its meaning);
         "initial_point" where ``pm.sample`` starts them; "auto" is "laplace" when a mode
-        was found and no ``initvals`` were given. A centred hierarchy without a joint mode
-        and without a non-centred twin starts around the initial point, jittered at each
-        coordinate's scale there (``step.without_mode`` names its locals).
+        was found and no ``initvals`` were given. A centred hierarchy without a joint mode,
+        without a non-centred twin and not of a location-scale law starts around the
+        initial point, jittered at each coordinate's scale there (``step.without_mode``
+        names its locals).
     mode_kwargs : dict, optional
         Options of :func:`pymc_sgmcmc.find_mode` (``adam_steps``, ``learning_rate``,
         ``maxiter``, ``gtol``, ``chunk_rows``, ``curvature``, ``progressbar``,

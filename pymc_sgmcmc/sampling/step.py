@@ -49,6 +49,7 @@ from pymc_sgmcmc.sampling.non_centring import (
     PRIOR_SHARE_LIMIT,
     SUFFIX,
     NonCentring,
+    location_scale_locals,
     non_centred,
     prior_share,
 )
@@ -217,7 +218,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             except startup.CentredHierarchyError as error:
                 twin, share = non_centred(model, vars, set(error.local_names)), None
                 if error.searched and twin is None:
-                    # No mode and no twin to sample instead (not a Normal hierarchy):
+                    if location_scale_locals(model, vars, set(error.local_names)):
+                        raise  # written non-centred by hand, it has a twin's moves
+                    # No mode and no twin to sample instead (not a location-scale law):
                     # chains start from the initial point, the metric and the anchor
                     # learned from the tuning draws.
                     try:
