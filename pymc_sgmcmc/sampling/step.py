@@ -219,7 +219,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
                 twin, share = non_centred(model, vars, set(error.local_names)), None
                 if error.searched and twin is None:
                     if location_scale_locals(model, vars, set(error.local_names)):
-                        raise  # written non-centred by hand, it has a twin's moves
+                        # Started without a mode, a Laplace one fell into its funnel:
+                        # the message names the non-centred form to write instead.
+                        raise
                     # No mode and no twin to sample instead (not a location-scale law):
                     # chains start from the initial point, the metric and the anchor
                     # learned from the tuning draws.
