@@ -127,15 +127,10 @@ def start_mode(
         options.setdefault("maxiter", TWINLESS_SEARCH_ITERATIONS)
     options.setdefault("curvature", curvature)
     options.setdefault("progressbar", True)
-    # Deterministic by default: the mode search runs before pm.sample's random_seed
-    # exists, and an unseeded search gave every new step a slightly different anchor.
-    rng = np.random.default_rng(options.pop("random_seed", 0))
+    rng, point, x0 = _search_start(options, initial_point, vars, dtype)
+    options.pop("random_seed", None)
+    options.pop("start", None)
     options.pop("chunk_rows", None)  # the finder's, already applied
-    point = initial_point
-    start = options.pop("start", None)
-    if start is not None:
-        point = {**point, **start}
-    x0 = np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(dtype)
     unknown = set(options) - {*MODE_SEARCH_DEFAULTS, "curvature", "progressbar", "search"}
     if unknown:
         raise TypeError(f"mode_kwargs: unknown options {sorted(unknown)}.")
@@ -167,10 +162,22 @@ def start_without_mode(
 
     Seeded as :func:`start_mode`'s search is (``random_seed``, 0 by default).
     """
+    rng, point, x0 = _search_start(options, initial_point, vars, dtype)
+    return scale_at_start(passes, x0, point, curvature=curvature, rng=rng)
+
+
+def _search_start(
+    options: dict[str, Any], initial_point: dict[str, np.ndarray], vars: list, dtype: Any
+) -> tuple[np.random.Generator, dict[str, np.ndarray], np.ndarray]:
+    """The search's generator, start point and flat start, from ``mode_kwargs``.
+
+    Deterministic by default (``random_seed`` 0): the search runs before ``pm.sample``'s
+    ``random_seed`` exists, and an unseeded search gave every new step a slightly
+    different anchor. ``start`` overrides the initial point's values.
+    """
     rng = np.random.default_rng(options.get("random_seed", 0))
     point = {**initial_point, **(options.get("start") or {})}
-    x0 = np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(dtype)
-    return scale_at_start(passes, x0, point, curvature=curvature, rng=rng)
+    return rng, point, np.concatenate([np.ravel(point[v.name]) for v in vars]).astype(dtype)
 
 
 class CentredHierarchyError(ValueError):
