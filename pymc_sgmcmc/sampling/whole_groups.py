@@ -47,6 +47,7 @@ from pymc_sgmcmc.sampling.local_updates import (
     averaged_blocks,
     factors_of,
     local_step_size_adapter,
+    precision_blocks,
     updated_mean,
 )
 from pymc_sgmcmc.sampling.translations import TranslationMove
@@ -60,6 +61,7 @@ class WholeGroupsState(DataClassState):
     interweaving_log_scales: Any
     local_step_size: Any
     local_curvature: Any
+    local_scores: Any
     global_precision: Any
     global_fits: int
     noise_inflation: Any
@@ -172,8 +174,10 @@ class WholeGroups(WithSamplingState):
         self.groups_per_step = self.initial_groups_per_step
         self.interweaving_log_scales = None  # set where the chain starts
         self.local_step_size = local_step_size_adapter()
-        # Each factor's groups' precision blocks, averaged over the tuning draws.
+        # Each factor's groups' precision blocks and scores' outer products, averaged
+        # over the tuning draws.
         self.local_curvature = [None] * (1 + len(self.secondary_moves))
+        self.local_scores = [None] * (1 + len(self.secondary_moves))
         self.global_precision = None  # fitted where the chain starts, averaged in tuning
         self.global_fits = 0
         self.noise_inflation = None  # set from the first noise measurement
@@ -284,19 +288,28 @@ class WholeGroups(WithSamplingState):
                     )
                 position = result.position
                 if result.curvature is not None:
+                    n_groups = factor_move.layout.n_groups
                     self.local_curvature[k] = averaged_blocks(
-                        self.local_curvature[k], result.curvature, chunk.groups,
-                        factor_move.layout.n_groups,
-                    )  # fmt: skip
+                        self.local_curvature[k], result.curvature, chunk.groups, n_groups
+                    )
+                    self.local_scores[k] = averaged_blocks(
+                        self.local_scores[k], result.scores, chunk.groups, n_groups
+                    )
                     self._local_factors = None
         return position
 
     def _frozen_factors(self) -> list[CurvatureFactors]:
-        """The factors of each grouping factor's averaged precision blocks (cached)."""
+        """The factors of each grouping factor's averaged precision blocks (cached).
+
+        Each block is the averaged Hessian's, raised where the averaged scores say the
+        group is more concentrated (:func:`~pymc_sgmcmc.sampling.local_updates.precision_blocks`).
+        """
         if self._local_factors is None:
             self._local_factors = [
-                factors_of(blocks, layout)
-                for blocks, layout in zip(self.local_curvature, self.layouts, strict=True)
+                factors_of(precision_blocks(blocks, scores), layout)
+                for blocks, scores, layout in zip(
+                    self.local_curvature, self.local_scores, self.layouts, strict=True
+                )
             ]
         return self._local_factors
 
