@@ -27,7 +27,7 @@ from pymc_sgmcmc.sampling.data_checks import CheckedData
 from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_slices
-from pymc_sgmcmc.sampling.non_centring import centred_normal
+from pymc_sgmcmc.sampling.non_centring import centred_normal, location_scale_locals
 from pymc_sgmcmc.sampling.simplices import simplex_layout, simplex_shapes
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
@@ -64,6 +64,11 @@ class StepParts(NamedTuple):
     rows_touched_by_setup: int
     tuning: Tuning
     trajectory: StepTrajectory
+    without_mode: tuple[str, ...] = ()
+    """The locals (value-variable names) of a centred hierarchy whose joint density has no
+    mode, where the step started without one (:func:`start_up_or_without_mode`)."""
+    failed_search_seconds: float = 0.0
+    """How long the mode search that found no mode took."""
 
 
 def assemble(
@@ -93,7 +98,6 @@ def assemble(
     allow_missing_total_size: bool,
     compile_kwargs: dict | None,
     twin_first: bool = False,
-    without_mode: bool = False,
 ) -> StepParts:
     """Build a step method's parts from its options (the step's parameters) and the model.
 
@@ -101,9 +105,9 @@ def assemble(
     scalars); ``learns_mass``: the sampler's class learns its mass from the draws.
     ``twin_first``: where a grouped model's locals are sampled directly and have no exact
     move per group, raise :class:`~pymc_sgmcmc.sampling.startup.CentredHierarchyError`
-    before the mode search (the step then tries their non-centred twin).
-    ``without_mode``: start from the initial point, not a mode
-    (:func:`~pymc_sgmcmc.sampling.startup.start_up`).
+    before the mode search (the step then tries their non-centred twin). Where the search
+    finds no mode, the start is made without one if the model allows it
+    (:func:`start_up_or_without_mode`).
     """
     dtype = graph.position.dtype
     layout = sphere_layout(model, vars, initial_point, sampler) if kernel.supports_spheres else None
@@ -187,10 +191,10 @@ def assemble(
 
     # The kernel's friction or diffusion: C of the gradient-noise ratio (else 1).
     damping = float(fixed[kernel.noise_damping]) if kernel.noise_damping else 1.0
-    start = startup.start_up(
-        sampler, kernel, gradient=gradient, passes=passes, step_size=step_size,
-        anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs, jitter=step_jitter,
-        grouping=None if whole_groups is None else whole_groups.grouping,
+    start, fallback = start_up_or_without_mode(
+        sampler, kernel, model=model, twinless=twinless, gradient=gradient, passes=passes,
+        step_size=step_size, anchor=anchor, anchor_every=anchor_every, mode_kwargs=mode_kwargs,
+        jitter=step_jitter, grouping=None if whole_groups is None else whole_groups.grouping,
         centred_locals=direct,
         # a prior row by row: then no term reads two groups' locals. A second grouping
         # factor's locals would be globals of the grouped Hessian, whose dense part
@@ -204,7 +208,7 @@ def assemble(
         adapt_mass=adapt_mass, damping=damping, estimated_noise=estimated_noise,
         noise_checkable=kernel.noise_erodes_it,
         decoupled=None if simplices is None else simplices.simplex_indices,
-        noise_whitening=noise_whitening, without_mode=without_mode, twinless=twinless,
+        noise_whitening=noise_whitening,
     )  # fmt: skip
     if start.metric is not None:
         fixed["metric"] = start.metric
@@ -226,7 +230,38 @@ def assemble(
         layout, n_rows, data, correction_for(kernel), gradient, whole_groups,
         refresh_every_trajectory, passes, start.mode, start.estimator, start.step_size_adapter,
         start.mass_adapter, start.minibatch_slowdown, start.rows_touched, tuning, trajectory,
+        () if fallback is None else fallback.local_names,
+        0.0 if fallback is None else fallback.seconds,
     )  # fmt: skip
+
+
+def start_up_or_without_mode(
+    sampler: str, kernel: Kernel, *, model: Any, twinless: bool, **options: Any
+) -> tuple[startup.StartUp, startup.CentredHierarchyError | None]:
+    """:func:`~pymc_sgmcmc.sampling.startup.start_up`, and without a mode where none is.
+
+    Where the search fails on a grouped model whose directly sampled locals have no
+    non-centred twin (``twinless``) and are not of a location-scale law, the start is
+    made again from the initial point (``without_mode``): the graphs, groups and passes
+    built so far serve it as they are. Returns the start and the search's error (None
+    where the search found a mode). Location-scale locals (a Laplace hierarchy) keep the
+    error, whose message names the non-centred form: started without a mode, a centred
+    Laplace hierarchy fell into its funnel (docs/hierarchical.md). If the start without
+    a mode fails too, the search's error is raised.
+    """
+    try:
+        return startup.start_up(sampler, kernel, twinless=twinless, **options), None
+    except startup.CentredHierarchyError as error:
+        names = set(error.local_names)
+        if not (error.searched and twinless):
+            raise
+        if location_scale_locals(model, options["vars"], names):
+            raise
+        try:
+            start = startup.start_up(sampler, kernel, without_mode=True, **options)
+        except ValueError:
+            raise error from None
+        return start, error
 
 
 def centred_locals(

@@ -49,7 +49,6 @@ from pymc_sgmcmc.sampling.non_centring import (
     PRIOR_SHARE_LIMIT,
     SUFFIX,
     NonCentring,
-    location_scale_locals,
     non_centred,
     prior_share,
 )
@@ -209,7 +208,6 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
         )  # fmt: skip
         self.non_centring: NonCentring | None = None
         twin_first, unsearched = True, False
-        self.without_mode: tuple[str, ...] = ()
         while True:
             try:
                 parts = self._assemble(model, vars, vars, blocked, rng, options, twin_first)
@@ -218,32 +216,10 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             except startup.CentredHierarchyError as error:
                 twin, share = non_centred(model, vars, set(error.local_names)), None
                 if error.searched and twin is None:
-                    if location_scale_locals(model, vars, set(error.local_names)):
-                        # Started without a mode, a Laplace one fell into its funnel:
-                        # the message names the non-centred form to write instead.
-                        raise
-                    # No mode and no twin to sample instead (not a location-scale law):
-                    # chains start from the initial point, the metric and the anchor
-                    # learned from the tuning draws.
-                    try:
-                        parts = self._assemble(
-                            model, vars, vars, blocked, rng, {**options, "without_mode": True}
-                        )
-                    except ValueError:
-                        raise error from None
-                    searched_for = error.seconds
-                    rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
-                    self.without_mode = tuple(rvs.get(n, n) for n in error.local_names)
-                    _log.info(
-                        "%s: the joint density has no mode (the centred hierarchy of %s: "
-                        "its group scale or concentration runs off, every local at its "
-                        "location); chains start around the initial point at each "
-                        "coordinate's scale there, and the metric and the anchor follow "
-                        "the tuning draws. Give tuning draws enough to reach the "
-                        "posterior, and check R-hat.",
-                        name, ", ".join(self.without_mode),
-                    )  # fmt: skip
-                    break
+                    # Locals of a location-scale law (started without a mode, a Laplace
+                    # hierarchy fell into its funnel: the message names the non-centred
+                    # form to write), or no start without a mode either (assembly).
+                    raise
                 if error.searched or (twin is not None and twin.has_rows):
                     # Rows of correlated effects: their twin has a move per group, so
                     # the search of the model as written (1,000 L-BFGS iterations into
@@ -287,11 +263,21 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self.layout, self._n_rows, self._data, self.correction, self.gradient, self.groups,
             self.refresh_every_trajectory, self.data_passes, self.mode, self.estimator,
             self.step_size_adapter, self.mass_adapter, self.minibatch_slowdown,
-            self.rows_touched_by_setup, self.tuning, self._trajectory,
+            self.rows_touched_by_setup, self.tuning, self._trajectory, _, _,
         ) = parts  # fmt: skip
         self.mode_seconds = None if self.mode is None else self.mode.seconds
+        rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
+        self.without_mode: tuple[str, ...] = tuple(rvs.get(n, n) for n in parts.without_mode)
         if self.without_mode and self.mode_seconds is not None:
-            self.mode_seconds += searched_for  # the search that found none
+            self.mode_seconds += parts.failed_search_seconds  # the search that found none
+            _log.info(
+                "%s: the joint density has no mode (the centred hierarchy of %s: its group "
+                "scale or concentration runs off, every local at its location); chains "
+                "start around the initial point at each coordinate's scale there, and the "
+                "metric and the anchor follow the tuning draws. Give tuning draws enough to "
+                "reach the posterior, and check R-hat.",
+                name, ", ".join(self.without_mode),
+            )  # fmt: skip
         self._tune_iterations = self._draw_iterations = 0
         self._returned: np.ndarray | None = None
         self._reset_chain()
