@@ -409,8 +409,7 @@ def centred_hierarchy_hint(sampler: str, error: ValueError) -> str:
         "location or scale that reads a variable this step does not sample). Write it "
         "non-centred, e.g. a = mu + sigma * z with z of a's law at location 0 and scale 1 "
         "(z ~ Normal(0, 1) for a Normal a): the samplers then redraw mu and sigma given a "
-        "after every draw (docs/hierarchical.md). Check R-hat: the locals of a Student-t "
-        "hierarchy (nu = 4) mixed poorly in either form."
+        "after every draw (docs/hierarchical.md), and check R-hat."
     )
 
 
