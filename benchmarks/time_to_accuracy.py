@@ -71,7 +71,8 @@ cost the same and the chains to advance together (true of parallel or vectorised
 with ``--cores 1`` the chains of ours run one after the other, so this is the time the
 pooled prefix would take with chains interleaved on the same core). ADVI: the wall time if the
 final approximation is accurate. *|Δmean|/sd* and *sd ratio*: of all kept draws.
-*min ESS*: the smallest bulk ESS (``az.ess``) over the parameters; *ESS/s* = min ESS / wall.
+*min ESS*: the smallest bulk ESS (``az.ess``) over the parameters, and whose;
+*ESS/s* = min ESS / wall.
 *rows touched*: data rows read by gradients: NUTS the sum of its tree sizes × N (where the
 warm-up's tree sizes are not reported, warm-up × mean tree size of the draws, marked
 "(warm-up est.)"); ours (tune + draws) × chains × n_steps × batch × (2 for control variates

@@ -91,6 +91,7 @@ def summarise(cfg: dict, out: dict, total: float, result: dict) -> None:
         notes=out["notes"],
         step_size=out.get("step_size"),
         min_ess=float(np.nanmin(ess)) if np.isfinite(ess).any() else None,
+        min_ess_index=int(np.nanargmin(ess)) if np.isfinite(ess).any() else None,
         chains=chains,
         tune=tune,
         draws=kept,

@@ -152,6 +152,9 @@ def table_row(r: dict, labels: list[str], footnotes: list[str]) -> str:
     ratio = "—"
     if r.get("sd_ratio_min") is not None:
         ratio = f"{r['sd_ratio_min']:.3f}–{r['sd_ratio_max']:.3f}"
+    min_ess_s = fmt(r.get("min_ess"), approx=ex)
+    if r.get("min_ess") is not None and r.get("min_ess_index") is not None:
+        min_ess_s += f" ({labels[r['min_ess_index']]})"
     rows_s = fmt_rows(r.get("rows_touched"), approx=ex)
     if r.get("steps_exact") is False:
         rows_s += " (warm-up est.)"
@@ -164,7 +167,7 @@ def table_row(r: dict, labels: list[str], footnotes: list[str]) -> str:
         tta,
         worst_s,
         ratio,
-        fmt(r.get("min_ess"), approx=ex),
+        min_ess_s,
         fmt(r.get("ess_per_s"), approx=ex),
         rows_s,
         fmt(r.get("peak_mb")),
