@@ -12,15 +12,14 @@ kink was invisible (its curvature is 0 away from it), the proposals jumped sever
 and were refused, and the locals moved with the kernel alone.
 """
 
-import warnings
-
 import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from helpers import sample
 from scipy.special import log_ndtr, logsumexp
+from test_hierarchical_moves import quiet_step
 
-import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.sampling.local_updates import SCORE_SHARE, precision_blocks
 
 N_GROUPS, NOISE_SD, MU_SD, TAU_SCALE = 200, 2.0, 5.0, 2.0
@@ -89,19 +88,14 @@ def exact_posterior(data):
 @pytest.mark.statistical
 def test_sghmc_defaults_match_a_laplace_hierarchy(data, exact_posterior):
     group, y = data
-    with pm.Model():
+    with pm.Model() as model:
         group_mb, y_mb = pm.Minibatch(group, y, batch_size=20)
         mu = pm.Normal("mu", 0.0, MU_SD)
         tau = pm.HalfNormal("tau", TAU_SCALE)
         z = pm.Laplace("z", 0.0, 1.0, shape=N_GROUPS)
         pm.Normal("y", (mu + tau * z)[group_mb], NOISE_SD, observed=y_mb, total_size=y.size)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
-        idata = pm.sample(
-            draws=2000, tune=1000, chains=2, cores=1, step=step, random_seed=5,
-            progressbar=False, compute_convergence_checks=False,
-        )  # fmt: skip
+    step = quiet_step(model, mode_kwargs={"progressbar": False})
+    idata = sample(step, model, draws=2000, tune=1000, chains=2, random_seed=5)
     for name, (mean, sd) in exact_posterior.items():
         draws = idata.posterior[name].values.reshape(2, 2000, -1)
         ess = az.ess(draws)

@@ -263,13 +263,16 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             self.layout, self._n_rows, self._data, self.correction, self.gradient, self.groups,
             self.refresh_every_trajectory, self.data_passes, self.mode, self.estimator,
             self.step_size_adapter, self.mass_adapter, self.minibatch_slowdown,
-            self.rows_touched_by_setup, self.tuning, self._trajectory, _, _,
+            self.rows_touched_by_setup, self.tuning, self._trajectory, without_mode,
+            failed_search_seconds,
         ) = parts  # fmt: skip
         self.mode_seconds = None if self.mode is None else self.mode.seconds
-        rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
-        self.without_mode: tuple[str, ...] = tuple(rvs.get(n, n) for n in parts.without_mode)
-        if self.without_mode and self.mode_seconds is not None:
-            self.mode_seconds += parts.failed_search_seconds  # the search that found none
+        self.without_mode: tuple[str, ...] = ()
+        if without_mode:
+            rvs = {v.name: model.values_to_rvs[v].name for v in model.value_vars}
+            self.without_mode = tuple(rvs.get(n, n) for n in without_mode)
+            if self.mode_seconds is not None:
+                self.mode_seconds += failed_search_seconds  # the search that found none
             _log.info(
                 "%s: the joint density has no mode (the centred hierarchy of %s: its group "
                 "scale or concentration runs off, every local at its location); chains "
