@@ -16,6 +16,7 @@ from pytensor import scalar
 from pytensor.compile.builders import OpFromGraph
 from pytensor.scan.op import Scan
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.shape import SpecifyShape
 from scipy import stats
 
 import pymc_sgmcmc as pmsg
@@ -282,6 +283,44 @@ def test_float32_data_meet_float64_parameters_in_float64_products():
     value, grad_value, _ = function(at)
     np.testing.assert_allclose(value, exact, rtol=1e-13)
     np.testing.assert_allclose(grad_value, expected_gradient, rtol=1e-12)
+
+
+def _ops_everywhere(fgraph):
+    """The ops of ``fgraph`` and of every scan's inner graph in it."""
+    for node in fgraph.toposort():
+        yield node.op
+        if isinstance(node.op, Scan):
+            yield from _ops_everywhere(node.op.fgraph)
+
+
+def test_shape_checks_are_trusted_in_numba_and_kept_elsewhere():
+    # Numba compiles each SpecifyShape with its error message's formatting (seconds at a
+    # first compile); the package's functions take inputs it builds, so it keeps the
+    # stated types and drops the checks, in scans too, computing the same values.
+    x, y = pt.vector("x"), pt.vector("y")
+    stated = pt.specify_shape(x, (3,))
+    steps = pytensor.scan(
+        lambda v, u: pt.exp(v) * 0.5 + pt.specify_shape(u, (3,)),
+        outputs_info=[stated],
+        non_sequences=[y],
+        n_steps=4,
+        return_updates=False,
+    )[-1]
+    outputs = [pt.sum(stated**2), steps]
+    function = compile_graph([x, y], outputs)
+    ops = list(_ops_everywhere(function.maker.fgraph))
+    assert not [op for op in ops if type(op) is SpecifyShape]
+    assert sum(isinstance(op, compilation.TrustedShape) for op in ops) >= 2  # outside, inside
+    at = [np.array([0.1, -0.4, 0.7]), np.array([1.0, 2.0, -3.0])]
+    reference = pytensor.function([x, y], outputs, mode="FAST_COMPILE")
+    for value, expected in zip(function(*at), reference(*at), strict=True):
+        np.testing.assert_allclose(value, expected, rtol=1e-15)
+    # Another linker keeps the checks: a wrong shape is still refused there.
+    python_vm = compile_graph([x, y], outputs, {"mode": "FAST_COMPILE"})
+    assert any(type(op) is SpecifyShape for op in _ops_everywhere(python_vm.maker.fgraph))
+    python_vm.trust_input = False
+    with pytest.raises(AssertionError, match="SpecifyShape"):
+        python_vm(np.zeros(4), np.zeros(3))
 
 
 # The on-disk store of rewritten graphs.
