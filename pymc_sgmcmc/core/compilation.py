@@ -216,8 +216,8 @@ class TrustedShape(SpecifyShape):
     their graphs state (``trust_input``), so a ``SpecifyShape`` there never fails. Numba
     compiles each one with the formatting of its error message, which is costly at a
     first compile (measured with empty caches on the quickstart's model, ``pmsg.SGHMC()``:
-    Numba's compilations took 27 s instead of 34 s without the checks: the set-up 15.2 s
-    instead of 17.1 s, the first draw 16.1 s instead of 21.8 s). A subclass, so that
+    the first draw, where the trajectory is compiled, took 13.6-17.5 s instead of
+    24.1-25.6 s; docs/benchmarks.md, "A first compile without shape checks"). A subclass, so that
     every rewrite that knows ``SpecifyShape`` treats it alike; made by
     :func:`trust_specify_shape` in the package's compile mode only.
     """
