@@ -11,10 +11,10 @@ centre from the tuning draws and moves every group by this move after tuning onl
 
 import warnings
 
-import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
+from helpers import mean_and_variance_errors
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.sampling import local_updates
@@ -79,11 +79,9 @@ def anchored_move_errors(shuffled, n_moves=3000):
             position = move.anchored_move(position, chunk, rng, curvature, centre).position
         draws.append(position[z_at])
     draws = np.array(draws)
-    sd = np.sqrt(variance)
-    ess = az.ess(draws[None])
-    z_mean = np.abs(draws.mean(0) - mean) / (draws.std(0) / np.sqrt(ess))
-    squares = (draws - mean) ** 2
-    z_variance = np.abs(squares.mean(0) - sd**2) / (squares.std(0) / np.sqrt(az.ess(squares[None])))
+    z_mean, z_variance = mean_and_variance_errors(
+        draws[None], mean, np.sqrt(variance), np.sqrt(2) * variance
+    )
     return float(z_mean.max()), float(z_variance.max())
 
 
@@ -97,7 +95,10 @@ def test_the_anchored_move_draws_each_group_from_its_conditional(shuffled, monke
 
 def test_an_anchored_move_without_its_proposal_density_is_caught(monkeypatch):
     # Without q in the test the draws follow the conditional times the proposal, which
-    # is narrower: measured 19 standard errors off in the variances (9 in the means).
+    # is narrower: measured 9.0 standard errors off in the variances (6.3 in the means),
+    # where the right move reads 1.9 and 3.3 at most (in order, shuffled) and the test
+    # above refuses 4.5. (19 and 9 with the draws' own spreads, whose errors shrink
+    # with the draws: `helpers.mean_and_variance_errors`.)
     monkeypatch.setattr(local_updates, "ROWS_PER_CALL", 10)
 
     def no_density(to, *args):
@@ -105,7 +106,7 @@ def test_an_anchored_move_without_its_proposal_density_is_caught(monkeypatch):
 
     monkeypatch.setattr(local_updates, "anchored_block_log_density", no_density)
     _, worst_variance = anchored_move_errors(shuffled=False, n_moves=1500)
-    assert worst_variance > 10, worst_variance
+    assert worst_variance > 6.0, worst_variance
 
 
 def test_a_step_anchors_its_locals_at_their_tuning_mean_and_moves_them_so_after_tuning(

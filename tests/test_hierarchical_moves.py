@@ -18,7 +18,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
-from helpers import sample, stat
+from helpers import gaussian_raw_moments, mean_and_variance_errors, mixture_moments, sample, stat
 from scipy.special import logsumexp
 
 import pymc_sgmcmc as pmsg
@@ -74,8 +74,8 @@ def grid_weights(log_density):
 
 
 def moments(weights, value):
-    mean = (weights * value).sum()
-    return mean, np.sqrt((weights * value**2).sum() - mean**2)
+    """Mean, sd and sd of squared deviations of ``value`` on the grid."""
+    return mixture_moments(weights, [value**k for k in range(1, 5)])
 
 
 def log_prior(mu, tau):
@@ -113,23 +113,19 @@ def exact_posterior(data):
     mu, tau, weights = grid_weights(marginal)
     variance = 1 / (1 / tau[..., None] ** 2 + sizes / NOISE_SD**2)
     mean = variance * (mu[..., None] / tau[..., None] ** 2 + sizes * means / NOISE_SD**2)
-    a_mean = (weights[..., None] * mean).sum((0, 1))
-    a_sd = np.sqrt((weights[..., None] * (variance + mean**2)).sum((0, 1)) - a_mean**2)
-    return {"mu": moments(weights, mu), "tau": moments(weights, tau), "a": (a_mean, a_sd)}
+    a = mixture_moments(weights[..., None], gaussian_raw_moments(mean, variance), axis=(0, 1))
+    return {"mu": moments(weights, mu), "tau": moments(weights, tau), "a": a}
 
 
-def standard_errors(draws, mean, sd):
-    """Errors of the draws' means and variances, each in its Monte Carlo standard errors.
+def standard_errors(draws, mean, sd, sd_of_squares):
+    """Errors of one chain's means and variances, each in its Monte Carlo standard errors.
 
-    Draws are (draws, coordinates) from a chain. The variance's error uses the ESS of the
-    squared deviations: a chain can be antithetic in ``x`` (ESS above the draws, as a
-    short Hamiltonian trajectory makes it) and still correlated in ``x²``.
+    Draws are (draws, coordinates) from a chain (:func:`helpers.mean_and_variance_errors`
+    for the rest). The variance's error uses the ESS of the squared deviations: a chain can
+    be antithetic in ``x`` (ESS above the draws, as a short Hamiltonian trajectory makes it)
+    and still correlated in ``x²``.
     """
-    ess = az.ess(draws[None])
-    z_mean = np.abs(draws.mean(0) - mean) / (draws.std(0) / np.sqrt(ess))
-    squares = (draws - mean) ** 2
-    mcse = squares.std(0) / np.sqrt(az.ess(squares[None]))
-    return z_mean, np.abs(squares.mean(0) - sd**2) / mcse
+    return mean_and_variance_errors(draws[None], mean, sd, sd_of_squares)
 
 
 def quiet_step(model, cls=pmsg.SGHMC, **kwargs):
@@ -185,7 +181,7 @@ def interweaving_errors(model, n_moves=4000):
     a = 0.4 + 0.5 * z
     draws, intercepts = run_interweaving(step, position, n_moves, seed=1)
     errors = []
-    for k, (mean, _) in enumerate(conditional_moments_given(a)):
+    for k, (mean, *_) in enumerate(conditional_moments_given(a)):
         mcse = draws[:, k].std() / np.sqrt(az.ess(draws[:, k].reshape(1, -1)))
         errors.append(abs(draws[:, k].mean() - mean) / mcse)
     return np.array(errors), float(np.abs(intercepts - a).max())
@@ -250,7 +246,7 @@ def local_move_errors(
             position = move.move(position, groups, inv_mass, 0.3, rng, curvature).position
         draws.append(position[z_at])
     draws = np.array(draws)
-    z_mean, z_variance = standard_errors(draws, mean, np.sqrt(variance))
+    z_mean, z_variance = standard_errors(draws, mean, np.sqrt(variance), np.sqrt(2) * variance)
     return float(z_mean.max()), float(z_variance.max())
 
 
@@ -365,12 +361,14 @@ def global_move_errors(data, n_moves=4000, precision_factor=0.7):
         assert np.array_equal(point["a"], a)
         draws.append((point["mu"][0], np.exp(point["tau_log__"][0]), point["beta"][0]))
     draws = np.array(draws)
-    (mu_mean, mu_sd), (tau_mean, tau_sd) = conditional_moments_given(a)
-    means, sds = [mu_mean, tau_mean], [mu_sd, tau_sd]
     beta_precision = 1 / BETA_SD**2 + (x**2).sum() / NOISE_SD**2
-    means.append((x * (y - a[group])).sum() / NOISE_SD**2 / beta_precision)
-    sds.append(beta_precision**-0.5)
-    z_mean, z_variance = standard_errors(draws, np.array(means), np.array(sds))
+    beta = (
+        (x * (y - a[group])).sum() / NOISE_SD**2 / beta_precision,
+        beta_precision**-0.5,
+        np.sqrt(2) / beta_precision,
+    )
+    exact = np.array([*conditional_moments_given(a), beta]).T
+    z_mean, z_variance = standard_errors(draws, *exact)
     return float(z_mean.max()), float(z_variance.max()), float(np.mean(accepted))
 
 
@@ -428,9 +426,9 @@ def test_sghmc_defaults_match_the_exact_posterior_of_an_unbalanced_hierarchy(
     posterior = idata.posterior
     for name in ("mu", "tau", "a"):
         values = posterior[name].values
-        mean, sd = exact_posterior[name]
+        exact = exact_posterior[name]
         for chain in values:  # each chain on its own: both must be right
-            z_mean, z_variance = standard_errors(chain.reshape(len(chain), -1), mean, sd)
+            z_mean, z_variance = standard_errors(chain.reshape(len(chain), -1), *exact)
             # 4.5 standard errors over 2 x 42 quantities: a false alarm, p < 6e-4.
             assert np.max(z_mean) < 4.5, (name, np.max(z_mean))
             assert np.max(z_variance) < 4.5, (name, np.max(z_variance))

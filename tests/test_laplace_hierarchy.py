@@ -16,7 +16,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
-from helpers import sample
+from helpers import mean_and_variance_errors, mixture_moments, sample
 from scipy.special import log_ndtr, logsumexp
 from test_hierarchical_moves import quiet_step
 
@@ -58,17 +58,6 @@ def positive_normal_moments(alpha):
     return moments
 
 
-def central_moments(weights, raw):
-    """Mean, sd and sd of the squared deviations of a grid mixture with raw moments ``raw``.
-
-    The last is ``sqrt(E[(x - m)^4] - sd^4)``: the exact Monte Carlo spread of ``(x - m)²``.
-    """
-    first, second, third, fourth = ((weights * moment).sum() for moment in raw[1:])
-    variance = second - first**2
-    central_fourth = fourth - 4 * first * third + 6 * first**2 * second - 3 * first**4
-    return first, np.sqrt(variance), np.sqrt(central_fourth - variance**2)
-
-
 @pytest.fixture(scope="module")
 def exact_posterior(data):
     """Mean, sd and sd of squared deviations of ``mu``, ``tau`` and every ``z_j``, from a
@@ -103,7 +92,7 @@ def exact_posterior(data):
     mu, tau = np.broadcast_arrays(mu, tau)
     mu, tau, weights = mu[keep], tau[keep], weights[keep]
     exact = {
-        name: central_moments(weights, [value**k for k in range(5)])
+        name: mixture_moments(weights, [value**k for k in range(1, 5)])
         for name, value in (("mu", mu), ("tau", tau))
     }
     z = []
@@ -113,8 +102,8 @@ def exact_posterior(data):
         # z = sd Y on the upper half, -sd Y on the lower one, Y a normal cut to Y > 0.
         up = positive_normal_moments(upper / sd)
         low = positive_normal_moments(-lower / sd)
-        raw = [sd**k * (share * up[k] + (1 - share) * (-1) ** k * low[k]) for k in range(5)]
-        z.append(central_moments(weights, raw))
+        raw = [sd**k * (share * up[k] + (1 - share) * (-1) ** k * low[k]) for k in range(1, 5)]
+        z.append(mixture_moments(weights, raw))
     exact["z"] = tuple(np.array(column) for column in zip(*z, strict=True))
     return exact
 
@@ -132,17 +121,13 @@ def test_sghmc_defaults_match_a_laplace_hierarchy(data, exact_posterior):
     idata = sample(step, model, draws=2000, tune=1000, chains=2, random_seed=5)
     for name, (mean, sd, sd_of_squares) in exact_posterior.items():
         draws = idata.posterior[name].values.reshape(2, 2000, -1)
-        z_mean = np.abs(draws.mean((0, 1)) - mean) / (sd / np.sqrt(az.ess(draws)))
-        squares = (draws - mean) ** 2
-        mcse = sd_of_squares / np.sqrt(az.ess(squares))
-        z_variance = np.abs(squares.mean((0, 1)) - sd**2) / mcse
-        # 4.5 standard errors over 2 x 202 quantities: a false alarm, p < 6e-4. The errors
-        # take their spreads from the exact posterior, not from the draws: the draws' own
-        # spread of squares is small exactly when a chain has missed a tail, which gave the
-        # variance statistic a heavy narrow-side tail (this seed read 4.54 with it, 3.39
-        # now; independent exact draws: with it a mean of -0.09 over the groups, 1,000 draws
-        # a run; without it the largest of the 200 at 2.9 / 3.5 / 4.0 in the median / 90th /
-        # 99th centile of 100 runs of 4,000, as for 200 Gaussians).
+        z_mean, z_variance = mean_and_variance_errors(draws, mean, sd, sd_of_squares)
+        # 4.5 standard errors over 2 x 202 quantities: a false alarm, p < 6e-4. With the
+        # draws' own spread of squares in the variances' errors (mean_and_variance_errors
+        # says why not) this seed read 4.54 and failed; 3.39 with the exact spread. For
+        # independent exact draws of this posterior, 100 runs of 4,000, the largest of the
+        # 200 variances' errors was 2.9 / 3.5 / 4.0 at the median / 90th / 99th centile,
+        # as for 200 Gaussians.
         # Measured with seeds 5 and 13-21: means 4.1, variances 3.4 at most, the locals' ESS
         # 443-632. With the Hessian alone (SCORE_SHARE 0) the locals' ESS is 7-11 with
         # seeds 5-7, which the last assertion refuses.
