@@ -44,6 +44,8 @@ def positive_normal_moments(alpha):
     2e-5 at alpha = -20 and grows as alpha^8; small group scales reach alpha = -500). There
     ``|alpha| Y`` has the density ``exp(-u - u²/(2 alpha²))``, which 20-point Gauss-Laguerre
     quadrature integrates to 3e-11 from alpha = -3 down (checked against adaptive quadrature).
+    Not SciPy's ``truncnorm.moment``: on 20,000 alphas down to -500 it took 17 s against
+    0.02 s and its third and fourth moments were off by orders of magnitude in the tail.
     """
     alpha = np.asarray(alpha, dtype=float)
     ratio = np.exp(-0.5 * alpha**2 - 0.5 * np.log(2 * np.pi) - log_ndtr(alpha))  # φ/Φ
