@@ -14,6 +14,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+from helpers import gaussian_raw_moments, mixture_moments
 
 import pymc_sgmcmc as pmsg
 from pymc_sgmcmc.dynamics import interweaving
@@ -176,35 +177,29 @@ def interweaving_moments(data, n_draws=1000):
     moved = np.array([move.move(p, log_scales, rng)[0] for p in positions])
     sd_a, sd_b = np.exp(moved[:, 2]), np.hypot(moved[:, 3], np.exp(moved[:, 4]))
     correlation = moved[:, 3] / sd_b  # L10 / sqrt(L10² + L11²)
-    # The prior's moments, each as (mean, variance, sd of the squared deviations): the
-    # variance's standard error takes the exact spread of the squares, not the draws' own,
-    # which is small exactly where the draws missed a tail (tests/helpers.py,
-    # mean_and_variance_errors). mu ~ N(0, 2²): the squares' sd is √2 σ². The sds ~
-    # HalfNormal(1): raw moments √(2/π), 1, 2√(2/π), 3, so the fourth central moment is
-    # 3 − 4/π − 12/π². For n = 2 the LKJ(eta) correlation is 2 Beta(eta, eta) − 1: mean 0,
-    # variance 1 / (2 eta + 1), fourth moment 3 / ((2 eta + 1)(2 eta + 3)).
-    half_normal_variance = 1 - 2 / np.pi
-    half_normal = (
-        np.sqrt(2 / np.pi),
-        half_normal_variance,
-        np.sqrt(3 - 4 / np.pi - 12 / np.pi**2 - half_normal_variance**2),
-    )
-    normal = (0.0, MU_SD**2, np.sqrt(2) * MU_SD**2)
-    correlation_variance = 1 / (2 * LKJ_ETA + 1)
-    lkj = (
-        0.0,
-        correlation_variance,
-        np.sqrt(3 / ((2 * LKJ_ETA + 1) * (2 * LKJ_ETA + 3)) - correlation_variance**2),
+    # The prior's moments, each as (mean, sd, sd of the squared deviations) from its raw
+    # moments: the variance's standard error takes the exact spread of the squares, not
+    # the draws' own, which is small exactly where the draws missed a tail
+    # (helpers.mean_and_variance_errors). mu ~ N(0, 2²); the sds ~ HalfNormal(1), raw
+    # moments √(2/π), 1, 2√(2/π), 3; for n = 2 the LKJ(eta) correlation is
+    # 2 Beta(eta, eta) − 1: mean 0, variance 1 / (2 eta + 1), fourth moment
+    # 3 / ((2 eta + 1)(2 eta + 3)).
+    one_part = np.ones(1)
+    normal = mixture_moments(one_part, gaussian_raw_moments(0.0, MU_SD**2))
+    root = np.sqrt(2 / np.pi)
+    half_normal = mixture_moments(one_part, [root, 1.0, 2 * root, 3.0])
+    lkj = mixture_moments(
+        one_part, [0.0, 1 / (2 * LKJ_ETA + 1), 0.0, 3 / ((2 * LKJ_ETA + 1) * (2 * LKJ_ETA + 3))]
     )
     exact = [
         (moved[:, 0], normal), (moved[:, 1], normal), (sd_a, half_normal), (sd_b, half_normal),
         (correlation, lkj),
     ]  # fmt: skip
     errors = []
-    for values, (mean, variance, sd_of_squares) in exact:
+    for values, (mean, sd, sd_of_squares) in exact:
         squares = (values - mean) ** 2
-        errors.append(abs(values.mean() - mean) / np.sqrt(variance / n_draws))
-        errors.append(abs(squares.mean() - variance) / (sd_of_squares / np.sqrt(n_draws)))
+        errors.append(abs(values.mean() - mean) / (sd / np.sqrt(n_draws)))
+        errors.append(abs(squares.mean() - sd**2) / (sd_of_squares / np.sqrt(n_draws)))
     # Every row's effects stay where they were.
     np.testing.assert_allclose(effects(moved), effects(positions), rtol=0, atol=1e-10)
     return np.array(errors)
@@ -222,7 +217,7 @@ def effects(positions):
 def test_interweaving_of_correlated_rows_keeps_their_prior(data):
     errors = interweaving_moments(data)
     # 4 standard errors over 10 independent-draw statistics: a false alarm has p < 1e-3.
-    # Measured 2026-12-07: 2.3 at most (a variance of mu).
+    # Measured 2026-12-07: 2.3 at most (the variance of the first sd).
     assert errors.max() < 4.0, errors
 
 
