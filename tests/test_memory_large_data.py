@@ -1,4 +1,4 @@
-"""Peak memory of a control-variate run on 10⁶ × 20 rows: at most twice the data's size.
+"""Peak memory of a control-variate run on 10⁶ × 20 rows: at most 2.5 times the data's size.
 
 A control-variate run reads all rows several times before its first draw: the mode
 finder's full-data passes, the Laplace curvature, the anchor's gradient. Each pass
@@ -16,9 +16,11 @@ Peak − baseline counts the data itself once, everything the run allocates, and
 that does not depend on the data: compiled code and the compilers, about 165 MiB when
 the compiled functions come from the on-disk cache and 250 MiB when they are compiled
 afresh (measured). The same run on 10⁴ rows measures that part, so the test bounds what
-grows with the data: at most twice the extra data, i.e. the data itself and at most one
-more data-sized array. A second copy of the data anywhere breaks it. (Measured: the run
-on 10⁶ rows grows by about 1.1x the extra data.)
+grows with the data: the data itself, the one shuffled copy that the trajectory reads its
+minibatches from (``pymc_sgmcmc.sampling.row_windows``; the run on 10⁴ rows, 1.6 MB, has
+one too), and at most half a data-sized array more. Another copy of the data anywhere
+breaks it. (Measured: the run on 10⁶ rows grew by 1.1x the extra data before the
+shuffled copy, 2.2x with it.)
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def run_probe(rows: int) -> dict:
     return result
 
 
-def test_control_variate_run_peak_memory_is_within_twice_the_data():
+def test_control_variate_run_peak_memory_is_within_the_data_its_copy_and_a_half():
     control, large = run_probe(10_000), run_probe(1_000_000)
     grows = large["increase"] - control["increase"]
     data = large["data"] - control["data"]
@@ -120,9 +122,9 @@ def test_control_variate_run_peak_memory_is_within_twice_the_data():
         f"{control['data'] / mib:.1f} MiB; grows by {grows / mib:.1f} MiB for "
         f"{data / mib:.1f} MiB more data: {grows / data:.2f}x"
     )
-    assert grows <= 2.0 * data, (
+    assert grows <= 2.5 * data, (
         f"a control-variate run on 10^6 x 20 rows peaked {grows / mib:.0f} MiB higher than "
         f"on 10^4 rows, {grows / data:.2f}x the extra data's {data / mib:.0f} MiB (limit "
-        "2x: the data itself and at most one more data-sized array): something copies "
-        "the data"
+        "2.5x: the data itself, its shuffled copy and at most half a data-sized array "
+        "more): something copies the data"
     )

@@ -28,6 +28,7 @@ from pymc_sgmcmc.sampling.groups import group_minibatches
 from pymc_sgmcmc.sampling.mode import ModeFinder, ModeResult
 from pymc_sgmcmc.sampling.model_graph import flat_slices
 from pymc_sgmcmc.sampling.non_centring import centred_normal, location_scale_locals
+from pymc_sgmcmc.sampling.row_windows import row_windows
 from pymc_sgmcmc.sampling.simplices import simplex_layout, simplex_shapes
 from pymc_sgmcmc.sampling.spheres import sphere_layout
 from pymc_sgmcmc.sampling.step_trajectory import StepTrajectory
@@ -225,6 +226,10 @@ def assemble(
         grouped=None if whole_groups is None else whole_groups.grouped,
         record_gradient=tuning.record_gradient, gradient=gradient,
         compile_kwargs=compile_kwargs,
+        windows=row_windows(
+            graph.groups, gradient=gradient, whole_groups=whole_groups is not None,
+            available=startup.available_memory(),
+        ),
     )  # fmt: skip
     return StepParts(
         layout, n_rows, data, correction_for(kernel), gradient, whole_groups,

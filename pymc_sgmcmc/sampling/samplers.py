@@ -79,7 +79,10 @@ COMMON_PARAMETERS_DOC = """
         With ``pm.Minibatch`` data: draw fresh rows for every gradient ("step", the
         seeds' choice, whose gradient noise is independent from step to step as the
         dynamics assume), or one set of rows for the whole trajectory ("trajectory").
-        Without ``pm.Minibatch`` every gradient uses the full data.
+        Where a call's arrays are in memory and hold 1 MiB or more, its minibatches are
+        windows of consecutive rows of a shuffled copy (every row equally likely, as
+        with ``pm.Minibatch``; :mod:`pymc_sgmcmc.sampling.row_windows`). Without
+        ``pm.Minibatch`` every gradient uses the full data.
     draws_per_call : int, default 1
         After tuning, the most draws computed in one compiled call (a scan over draws,
         handed to ``pm.sample`` one at a time), e.g. 20. A block also ends at each

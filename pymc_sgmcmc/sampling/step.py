@@ -495,6 +495,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._data.trust()  # the data arrived checked; in this process, new objects
+        for windows in self._trajectory.windows:
+            if windows is not None:
+                windows.trust()  # its copy arrived shuffled
 
     # -- chain life cycle ------------------------------------------------------------
 
@@ -544,6 +547,9 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
             buffer.reset(self.rng)  # its chunks chosen from the chain's generator
         # Read once per chain: the data may have been replaced with pm.set_data.
         self._n_rows = [g.n_rows() for g in self._flat.groups]
+        for windows in self._trajectory.windows:
+            if windows is not None:
+                windows.follow_data()
         if self._data.check(self._n_rows):
             self.data_passes.set_n_rows(self._n_rows)
             # Without a new pass there, an anchor's full-data gradient would be stale.
@@ -579,8 +585,22 @@ class StochasticGradientStep(DivergencesAndStepSize, ArrayStepShared):
     # -- one iteration ---------------------------------------------------------------
 
     def draw_rows(self) -> list[np.ndarray]:
-        """Rows of every minibatch of one trajectory, with replacement as pm.Minibatch."""
+        """Rows of every minibatch of one trajectory, as the compiled call takes them.
+
+        For each ``pm.Minibatch`` call, indices into its rows in :attr:`row_orders`'
+        order: windows of consecutive rows where it has an order, else rows drawn with
+        replacement as ``pm.Minibatch`` draws them.
+        """
         return self._trajectory.draw_rows(self.params, self.rng, self._n_rows)
+
+    @property
+    def row_orders(self) -> list[np.ndarray | None]:
+        """For each ``pm.Minibatch`` call, the data's row behind each index of its rows.
+
+        The order of the shuffled copy that the trajectory reads its minibatches from
+        (:mod:`pymc_sgmcmc.sampling.row_windows`); None where it reads the data's rows.
+        """
+        return [None if w is None else w.order for w in self._trajectory.windows]
 
     def trajectory_inputs(self, position: np.ndarray, step_size: float) -> dict[str, Any]:
         """The inputs of one trajectory from ``position`` by name, drawn as a chain draws.

@@ -52,6 +52,10 @@ class StepTrajectory:
         The gradient estimator's name.
     compile_kwargs : dict, optional
         Passed to PyTensor's compile.
+    windows : list, optional
+        For each ``pm.Minibatch`` call, its
+        :class:`~pymc_sgmcmc.sampling.row_windows.RowWindows` (minibatches read as
+        windows of a shuffled copy) or None (rows drawn as ``pm.Minibatch`` does).
 
     Attributes
     ----------
@@ -76,8 +80,10 @@ class StepTrajectory:
         record_gradient: bool,
         gradient: str,
         compile_kwargs: dict | None,
+        windows: list | None = None,
     ) -> None:
         self.kernel, self.graph, self.model = kernel, graph, model
+        self.windows = list(windows or [None] * len(graph.groups))
         self.vars, self.initial_point = vars, initial_point
         self.n_steps, self.minibatch, self.grouped = n_steps, minibatch, grouped
         self.record_gradient, self.gradient = record_gradient, gradient
@@ -100,7 +106,7 @@ class StepTrajectory:
                 self.kernel, self.graph, params, model=self.model, dim=self.dim,
                 n_steps=self.n_steps, minibatch=self.minibatch, grouped=self.grouped,
                 record_gradient=self.record_gradient, exact_logp=exact, gradient=self.gradient,
-                compile_kwargs=self.compile_kwargs, blocks=self.blocks,
+                compile_kwargs=self.compile_kwargs, blocks=self.blocks, windows=self.windows,
             )  # fmt: skip
         if self._arguments is None:
             self._arguments = TrajectoryArguments(
@@ -110,7 +116,10 @@ class StepTrajectory:
                 self.dim,
                 self.kernel.extra_normals(params),
                 self.dtype,
-                self.graph.groups,
+                [
+                    g if w is None else w
+                    for g, w in zip(self.graph.groups, self.windows, strict=True)
+                ],
             )
             self._filled_from = (None, None, None)
         return self._function
@@ -207,7 +216,7 @@ class StepTrajectory:
     def draw_rows(
         self, params: Any, rng: np.random.Generator, n_rows: list[int]
     ) -> list[np.ndarray]:
-        """Rows of every minibatch of one trajectory, with replacement as pm.Minibatch."""
+        """Rows of every minibatch of one trajectory (the indices the compiled call takes)."""
         self.compiled(params)
         return self._arguments.draw_rows(rng, n_rows)
 

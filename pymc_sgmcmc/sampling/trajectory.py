@@ -29,7 +29,7 @@ from pytensor.graph.replace import clone_replace
 
 from pymc_sgmcmc.core.compilation import LinkedWhereUnpickled, compile_graph
 from pymc_sgmcmc.gradients.control_variates import ControlVariateGradient, SymbolicAnchor
-from pymc_sgmcmc.gradients.graphs import FlatLogp, MinibatchGroup
+from pymc_sgmcmc.gradients.graphs import FlatLogp
 from pymc_sgmcmc.gradients.grouped import GroupedGradient
 from pymc_sgmcmc.gradients.minibatch import MinibatchGradient, exact_target
 from pymc_sgmcmc.gradients.saga import SAGAGradient
@@ -51,13 +51,16 @@ class Rows:
     are memory-bound, and a gather per step inside the loop costs more than the math.
     """
 
-    def __init__(self, graph: FlatLogp, index_ndim: int) -> None:
+    def __init__(self, graph: FlatLogp, index_ndim: int, windows: list | None = None) -> None:
         self.indices = [
             pt.tensor(f"rows_{k}", shape=(None,) * index_ndim, dtype="int64")
             for k in range(len(graph.groups))
         ]
+        windows = windows or [None] * len(graph.groups)
         self.gathered = [
-            x for g, i in zip(graph.groups, self.indices, strict=True) for x in g.gathered(i)
+            x
+            for g, w, i in zip(graph.groups, windows, self.indices, strict=True)
+            for x in (g if w is None else w).gathered(i)
         ]
         self.start_rows = 0
         """Leading rows reserved for the start of the trajectory (``Kernel.prepare``)."""
@@ -98,8 +101,8 @@ class Rows:
 class RowsPerStep(Rows):
     """Fresh rows for every gradient: ``rows_k`` has shape ``(n_steps [+ 1], B)``."""
 
-    def __init__(self, graph: FlatLogp) -> None:
-        super().__init__(graph, index_ndim=2)
+    def __init__(self, graph: FlatLogp, windows: list | None = None) -> None:
+        super().__init__(graph, index_ndim=2, windows=windows)
 
     def start_batch(self) -> list[Variable]:  # noqa: D102
         # The starting point gets rows of its own (row 0): sharing the first step's rows
@@ -121,8 +124,8 @@ class RowsPerStep(Rows):
 class RowsPerTrajectory(Rows):
     """One set of rows for the whole trajectory: ``rows_k`` has shape ``(B,)``."""
 
-    def __init__(self, graph: FlatLogp) -> None:
-        super().__init__(graph, index_ndim=1)
+    def __init__(self, graph: FlatLogp, windows: list | None = None) -> None:
+        super().__init__(graph, index_ndim=1, windows=windows)
 
     def start_batch(self) -> list[Variable]:  # noqa: D102
         return self.gathered
@@ -599,15 +602,17 @@ def compile_step_trajectory(
     gradient: str,
     compile_kwargs: dict | None,
     blocks: bool = False,
+    windows: list | None = None,
 ) -> CompiledTrajectory:
     """A step method's trajectory, built (:func:`build_trajectory`) and compiled.
 
     ``grouped``: minibatches of whole groups (:class:`GroupRowsPerStep`); otherwise rows
-    as ``minibatch`` says (:data:`ROWS`). ``model``: its context makes PyMC's compile
-    honour the model's ``check_bounds``; ``dim``: the position's size. ``blocks``: a scan
-    over draws (:func:`over_draws`).
+    as ``minibatch`` says (:data:`ROWS`), read from each ``pm.Minibatch`` call's
+    :class:`~pymc_sgmcmc.sampling.row_windows.RowWindows` where ``windows`` has one.
+    ``model``: its context makes PyMC's compile honour the model's ``check_bounds``;
+    ``dim``: the position's size. ``blocks``: a scan over draws (:func:`over_draws`).
     """
-    rows = ROWS[minibatch](graph) if grouped is None else GroupRowsPerStep(grouped)
+    rows = ROWS[minibatch](graph, windows) if grouped is None else GroupRowsPerStep(grouped)
     zeros = np.zeros(dim, dtype=graph.position.dtype)
     inputs, outputs = build_trajectory(
         kernel, graph, state=kernel.init(zeros, zeros, params), params=params,
@@ -643,9 +648,10 @@ class TrajectoryArguments:
         (:meth:`~pymc_sgmcmc.kernels.base.Kernel.extra_normals` of the parameters).
     dtype : dtype
         The position's dtype (of every normal draw).
-    groups : list of MinibatchGroup
-        The ``pm.Minibatch`` calls; each one's
-        :meth:`~pymc_sgmcmc.gradients.graphs.MinibatchGroup.draw` draws its rows.
+    groups : list of MinibatchGroup or RowWindows
+        For each ``pm.Minibatch`` call, what draws its rows: the call
+        (:meth:`~pymc_sgmcmc.gradients.graphs.MinibatchGroup.draw`) or its windows
+        (:meth:`~pymc_sgmcmc.sampling.row_windows.RowWindows.draw`).
     """
 
     def __init__(
@@ -656,9 +662,9 @@ class TrajectoryArguments:
         dim: int,
         extra_normals: int,
         dtype: Any,
-        groups: list[MinibatchGroup],
+        groups: list,
     ) -> None:
-        self.groups = groups
+        self.groups = groups  # what draws each pm.Minibatch call's rows (`draw_rows`)
         slots = compiled.slots
         self.n_slots = len(slots)
         self.slots = slots
@@ -711,8 +717,8 @@ class TrajectoryArguments:
         """One call's arguments: the constants, the chain's state, fresh randomness.
 
         ``groups`` (:class:`~pymc_sgmcmc.sampling.whole_groups.WholeGroups`) draws whole
-        groups; without it each ``pm.Minibatch`` call's rows are drawn with replacement
-        from its ``n_rows``, as ``pm.Minibatch`` does.
+        groups; without it each ``pm.Minibatch`` call's rows are drawn by
+        :meth:`draw_rows`.
         """
         args = self.constants.copy()
         args[self.position] = position
@@ -748,7 +754,12 @@ class TrajectoryArguments:
         return args
 
     def draw_rows(self, rng: np.random.Generator, n_rows: list[int]) -> list[np.ndarray]:
-        """Each ``pm.Minibatch`` call's rows, with replacement from its ``n_rows``."""
+        """Each ``pm.Minibatch`` call's rows of its ``n_rows``, by its ``draw``.
+
+        A :class:`~pymc_sgmcmc.gradients.graphs.MinibatchGroup` draws them with
+        replacement, as ``pm.Minibatch`` does; a
+        :class:`~pymc_sgmcmc.sampling.row_windows.RowWindows`, windows of its shuffled copy.
+        """
         return [
             group.draw(rng, n, shape)
             for group, n, shape in zip(self.groups, n_rows, self.row_shapes, strict=True)
