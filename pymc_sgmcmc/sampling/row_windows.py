@@ -1,11 +1,11 @@
 """Minibatches read as windows of a shuffled copy of the rows: random rows, contiguous reads.
 
-``pm.Minibatch`` draws ``B`` row indices at random. Gathering them from an array larger than
-the processor's caches costs a trip to memory for every row: at 10⁶ × 20 (160 MB) a gather
-of 1,000 random rows took 85 µs against 32 µs for 1,000 consecutive ones, and a draw of
-``pmsg.SGHMC()`` gathers 11 such minibatches (measured in ``pm.sample``: 2.4-2.8 ms a draw
-with random rows, 1.2-1.3 ms with consecutive ones; at 10⁵ × 10, whose 8 MB stay in cache,
-no difference).
+``pm.Minibatch`` draws ``B`` row indices at random. Gathering them costs a trip to memory
+for every row: at 10⁶ × 20 (160 MB) a gather of 1,000 random rows took 85 µs against 32 µs
+for 1,000 consecutive ones, and a draw of ``pmsg.SGHMC()`` gathers 11 such minibatches
+(measured in ``pm.sample``: 2.85 ms a draw with random rows, 1.45 ms with windows; at
+10⁵ × 10, 8 MB, 0.62 of the time with batches of 1,000 and 0.82 with batches of 100;
+``benchmarks/row_windows.py``).
 
 Here a step keeps, for each ``pm.Minibatch`` call whose data are in memory, a copy of its
 arrays with the rows in one fixed random order, and reads a minibatch as ``B`` consecutive
@@ -41,9 +41,10 @@ ORDER_SEED = 20261208
 """Seed of the rows' order (fixed: the draws of a chain depend on its generator alone)."""
 
 MIN_BYTES = 1 << 20
-"""Data smaller than this (a core's cache here) keep ``pm.Minibatch``'s random rows: read
-from cache, they cost no more (measured at 10⁵ × 10, batch 100: 400-500 µs a draw either
-way), and a small data set's ``N`` windows would be few."""
+"""Data smaller than this (a core's L2 cache on the machines measured) keep
+``pm.Minibatch``'s random rows: a small data set's ``N`` windows are few distinct
+minibatches, and random rows from a cache cost little (not measured below 8 MB, where
+windows took 0.82 of a draw's time at batch 100)."""
 
 MEMORY_SHARE = 0.25
 """The share of the memory available when the step is built that the copies may take."""
