@@ -7,6 +7,7 @@ import scipy.stats as st
 from helpers import correlated_regression, draws_of, mean_and_variance_errors, sample
 
 import pymc_sgmcmc as pmsg
+from pymc_sgmcmc.gradients.graphs import data_value
 from pymc_sgmcmc.sampling import row_windows
 from pymc_sgmcmc.sampling.row_windows import RowWindows
 
@@ -47,7 +48,7 @@ def test_large_data_are_read_from_one_shuffled_copy_and_small_data_are_not():
     assert order.shape == (WINDOWED_ROWS,) and not np.array_equal(order, np.arange(order.size))
     np.testing.assert_array_equal(np.sort(order), np.arange(WINDOWED_ROWS))
     (windows,) = step._trajectory.windows
-    x, y = (row_windows.data_value(d) for d in windows.sources)
+    x, y = (data_value(d) for d in windows.sources)
     shuffled_x, shuffled_y = (a.get_value() for a in windows.arrays)
     np.testing.assert_array_equal(shuffled_x, x[order])  # rows moved together
     np.testing.assert_array_equal(shuffled_y, y[order])
@@ -88,7 +89,7 @@ def test_the_minibatch_logp_on_windows_averages_to_the_full_data_logp():
             for _ in range(3_000)
         ]
     )
-    x, y = (row_windows.data_value(d) for d in step._trajectory.windows[0].sources)
+    x, y = (data_value(d) for d in step._trajectory.windows[0].sources)
     full_data = st.norm(0.0, 2.0).logpdf(point).sum() + st.norm(x @ point, 3.0).logpdf(y).sum()
     assert abs(logps.mean() - full_data) < 4.5 * logps.std() / np.sqrt(logps.size)
     # A fresh window at every call: of 3,000 draws among 50,000 windows about 90 repeat one.
@@ -126,7 +127,7 @@ def test_a_copy_whose_arrays_were_shuffled_apart_is_caught(monkeypatch):
         if fingerprint == self._fingerprint:
             return False
         for k, (shared, source) in enumerate(zip(self.arrays, self.sources, strict=True)):
-            value = row_windows.data_value(source)
+            value = data_value(source)
             order = np.random.default_rng(k).permutation(value.shape[0])
             shared.set_value(value[order], borrow=True)
         self._fingerprint = fingerprint
@@ -143,24 +144,25 @@ def test_a_copy_whose_arrays_were_shuffled_apart_is_caught(monkeypatch):
     assert z_mean.max() > 20
 
 
+def data_container_model(values: np.ndarray) -> tuple[pm.Model, object]:
+    """A normal mean on ``pm.Data`` in minibatches of 100, and ``pmsg.SGHMC()`` on it."""
+    with pm.Model() as model:
+        data = pm.Data("values", values)
+        mu = pm.Normal("mu", 0.0, 10.0)
+        batch = pm.Minibatch(data, batch_size=100)
+        pm.Normal("obs", mu, 1.0, observed=batch, total_size=values.size)
+        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    return model, step
+
+
 def test_set_data_shuffles_the_new_rows_and_the_same_seed_gives_the_same_draws():
     rng = np.random.default_rng(8)
     first, second = rng.normal(1.0, 1.0, 200_000), rng.normal(-2.0, 1.0, 300_000)
-    with pm.Model() as model:
-        values = pm.Data("values", first)
-        mu = pm.Normal("mu", 0.0, 10.0)
-        batch = pm.Minibatch(values, batch_size=100)
-        pm.Normal("obs", mu, 1.0, observed=batch, total_size=first.size)
-        step = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    model, step = data_container_model(first)
     (windows,) = step._trajectory.windows
     np.testing.assert_array_equal(windows.arrays[0].get_value(), first[step.row_orders[0]])
     again = sample(step, model, draws=50, tune=10, random_seed=4)
-    with pm.Model() as rebuilt:
-        values = pm.Data("values", first)
-        mu = pm.Normal("mu", 0.0, 10.0)
-        batch = pm.Minibatch(values, batch_size=100)
-        pm.Normal("obs", mu, 1.0, observed=batch, total_size=first.size)
-        fresh = pmsg.SGHMC(mode_kwargs={"progressbar": False})
+    rebuilt, fresh = data_container_model(first)
     np.testing.assert_array_equal(
         draws_of(sample(fresh, rebuilt, draws=50, tune=10, random_seed=4), "mu"),
         draws_of(again, "mu"),
