@@ -1,5 +1,6 @@
 """Minibatches read as windows of a shuffled copy of the rows (pymc_sgmcmc.sampling.row_windows)."""
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -97,23 +98,22 @@ def test_the_minibatch_logp_on_windows_averages_to_the_full_data_logp():
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize(
-    "sampler, settings",
-    [
-        (pmsg.SGHMC, {}),  # control variates
-        (pmsg.SGLD, {"gradient": "minibatch"}),
-    ],
-)
-def test_windowed_minibatches_sample_the_exact_posterior(sampler, settings):
+@pytest.mark.parametrize("sampler", [pmsg.SGHMC, pmsg.SGLD])
+def test_windowed_minibatches_sample_the_exact_posterior(sampler):
+    # Defaults: control variates. (Plain minibatch gradients at 50,000 rows in batches of
+    # 100 cap SGLD's step ~460x: an ESS of a few, a test that could not fail. Their
+    # windows are checked by the logp average above and the shuffled-apart copy below.)
+    # Measured failing: the dynamics' normal draws 1.2x too large (variance z 19 for
+    # SGHMC, 25 for SGLD), one window for every gradient (z 7.5 and 9.2).
     model, mean, covariance = windowed_model()
     with model:
-        step = sampler(mode_kwargs={"progressbar": False}, **settings)
+        step = sampler(mode_kwargs={"progressbar": False})
     assert step.row_orders[0] is not None
     idata = sample(step, model, draws=2_000, tune=1_000, chains=2, random_seed=3)
+    draws = draws_of(idata, "w")
+    assert np.min(az.ess(draws)) > 1_000
     sd = np.sqrt(np.diag(covariance))
-    z_mean, z_variance = mean_and_variance_errors(
-        draws_of(idata, "w"), mean, sd, np.sqrt(2.0) * sd**2
-    )
+    z_mean, z_variance = mean_and_variance_errors(draws, mean, sd, np.sqrt(2.0) * sd**2)
     assert z_mean.max() < 4.5 and z_variance.max() < 4.5, (z_mean, z_variance)
 
 
